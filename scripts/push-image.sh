@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Push OCI layouts made by build-image.sh to a plain-HTTP loopback registry,
+# either as a single-platform image or as a two-platform (amd64 + arm64) OCI
+# image index, which is what nanolet's platform resolution is tested against.
+# Digests are preserved, so what the registry serves is byte-for-byte what
+# build-image.sh wrote and tests can compare digests directly.
+#
+# Usage: scripts/push-image.sh OCIDIR TAG REGISTRY NAME[:TAG]
+#        scripts/push-image.sh --index REGISTRY NAME:TAG OCIDIR_AMD64 OCIDIR_ARM64
+# Prints REGISTRY/NAME:TAG@sha256:... (the pushed manifest or index) on stdout.
+set -euo pipefail
+
+usage() {
+  sed -n 's/^# \{0,1\}//; /^Usage:/,/^Prints/p' "$0" >&2
+  exit 2
+}
+
+die() {
+  echo "push-image.sh: $*" >&2
+  exit 1
+}
+
+MT_INDEX=application/vnd.oci.image.index.v1+json
+MT_MANIFEST=application/vnd.oci.image.manifest.v1+json
+REF_NAME=org.opencontainers.image.ref.name
+
+command -v skopeo >/dev/null 2>&1 || die "skopeo not found; run scripts/install-deps.sh"
+command -v jq >/dev/null 2>&1 || die "jq not found; run scripts/install-deps.sh"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# Our own permissive policy: the host's /etc/containers/policy.json may be
+# missing or stricter, and signature policy is irrelevant for local test images.
+policy=$work/policy.json
+echo '{"default":[{"type":"insecureAcceptAnything"}]}' >"$policy"
+
+skopeo_copy() {
+  local out
+  if ! out="$(skopeo --policy "$policy" copy --quiet --preserve-digests \
+    --dest-tls-verify=false "$@" 2>&1)"; then
+    echo "$out" >&2
+    die "skopeo copy $* failed"
+  fi
+}
+
+# NAME[:TAG] -> repository and tag; only a colon after the last slash is a tag.
+split_name() {
+  local n=$1 default_tag=$2
+  if [[ ${n##*/} == *:* ]]; then
+    repo=${n%:*}
+    dtag=${n##*:}
+  else
+    repo=$n
+    dtag=$default_tag
+  fi
+  [[ -n $repo && -n $dtag ]] || die "bad image name: $n"
+}
+
+check_layout() {
+  [[ -f $1/oci-layout && -f $1/index.json ]] || die "$1 is not an OCI image layout"
+}
+
+push_single() {
+  local dir=$1 tag=$2 registry=$3 name=$4 digest
+  check_layout "$dir"
+  split_name "$name" "$tag"
+  digest="$(jq -r --arg t "$tag" --arg k "$REF_NAME" \
+    '[.manifests[] | select(.annotations[$k] == $t)][0].digest // empty' "$dir/index.json")"
+  [[ -n $digest ]] || die "no tag '$tag' in $dir/index.json"
+  skopeo_copy "oci:$dir:$tag" "docker://$registry/$repo:$dtag"
+  echo "$registry/$repo:$dtag@$digest"
+}
+
+# Pick the manifest descriptor to use from a layout: its only one, or the one
+# tagged like the destination when the layout holds several tags.
+pick_manifest() {
+  local dir=$1 tag=$2 desc
+  desc="$(jq -c --arg t "$tag" --arg k "$REF_NAME" --arg mt "$MT_MANIFEST" '
+    [.manifests[] | select(.mediaType == null or .mediaType == $mt)] as $m
+    | if ($m | length) == 1 then $m[0]
+      else ([$m[] | select(.annotations[$k] == $t)][0] // empty) end' "$dir/index.json")"
+  [[ -n $desc ]] || die "$dir has several images and none tagged '$tag'"
+  echo "$desc"
+}
+
+# Refuse to label an image with a platform its config contradicts; a mislabeled
+# index would make platform-resolution tests pass or fail for the wrong reason.
+check_arch() {
+  local dir=$1 desc=$2 want=$3 m cfg got
+  m="$(jq -r .digest <<<"$desc")"
+  cfg="$(jq -r .config.digest "$dir/blobs/sha256/${m#sha256:}")"
+  got="$(jq -r .architecture "$dir/blobs/sha256/${cfg#sha256:}")"
+  [[ $got == "$want" ]] || die "$dir holds a $got image, expected $want"
+}
+
+push_index() {
+  local registry=$1 name=$2 amd=$3 arm=$4 damd darm combined idx idx_digest idx_size
+  check_layout "$amd"
+  check_layout "$arm"
+  [[ ${name##*/} == *:* ]] || die "--index needs NAME:TAG, got: $name"
+  split_name "$name" ""
+  damd="$(pick_manifest "$amd" "$dtag")"
+  darm="$(pick_manifest "$arm" "$dtag")"
+  check_arch "$amd" "$damd" amd64
+  check_arch "$arm" "$darm" arm64
+
+  # One combined layout whose tag points at an image index blob; skopeo --all
+  # then pushes both images and the index exactly as written here.
+  combined=$work/combined
+  mkdir -p "$combined/blobs/sha256"
+  # Blobs are content-addressed, so one present in both layouts (a shared
+  # layer) is the same file and needs copying only once.
+  local b
+  for b in "$amd"/blobs/sha256/* "$arm"/blobs/sha256/*; do
+    [[ -e $combined/blobs/sha256/${b##*/} ]] || cp "$b" "$combined/blobs/sha256/"
+  done
+  printf '{"imageLayoutVersion":"1.0.0"}' >"$combined/oci-layout"
+
+  idx=$work/index-blob.json
+  jq -cn --argjson a "$damd" --argjson r "$darm" --arg mt "$MT_INDEX" --arg mm "$MT_MANIFEST" '{
+    schemaVersion: 2,
+    mediaType: $mt,
+    manifests: [
+      {mediaType: ($a.mediaType // $mm), digest: $a.digest, size: $a.size,
+       platform: {architecture: "amd64", os: "linux"}},
+      {mediaType: ($r.mediaType // $mm), digest: $r.digest, size: $r.size,
+       platform: {architecture: "arm64", os: "linux", variant: "v8"}}
+    ]
+  }' >"$idx"
+  idx_digest="sha256:$(sha256sum "$idx" | cut -d' ' -f1)"
+  idx_size="$(stat -c %s "$idx")"
+  cp "$idx" "$combined/blobs/sha256/${idx_digest#sha256:}"
+
+  jq -cn --arg mt "$MT_INDEX" --arg d "$idx_digest" --argjson s "$idx_size" \
+    --arg k "$REF_NAME" --arg t "$dtag" '{
+    schemaVersion: 2,
+    mediaType: $mt,
+    manifests: [{mediaType: $mt, digest: $d, size: $s, annotations: {($k): $t}}]
+  }' >"$combined/index.json"
+
+  skopeo_copy --all "oci:$combined:$dtag" "docker://$registry/$repo:$dtag"
+  echo "$registry/$repo:$dtag@$idx_digest"
+}
+
+(($# >= 1)) || usage
+case $1 in
+  -h | --help) usage ;;
+  --index)
+    (($# == 5)) || usage
+    push_index "$2" "$3" "$4" "$5"
+    ;;
+  *)
+    (($# == 4)) || usage
+    push_single "$1" "$2" "$3" "$4"
+    ;;
+esac

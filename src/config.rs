@@ -1,0 +1,290 @@
+//! Configuration: a KubeletConfiguration document (upstream field names) and,
+//! in the same file, an optional NanoletConfiguration document for what only
+//! nanolet has. Command-line flags override both.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::quantity;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("{0}")]
+    Flag(String),
+}
+
+/// The subset of the upstream KubeletConfiguration nanolet understands. Any
+/// other key is an error, so that a setting is never silently ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KubeletConfigurationDoc {
+    #[allow(dead_code)]
+    api_version: Option<String>,
+    #[allow(dead_code)]
+    kind: Option<String>,
+    static_pod_path: Option<PathBuf>,
+    pod_logs_dir: Option<PathBuf>,
+    container_log_max_size: Option<String>,
+    container_log_max_files: Option<u32>,
+    cgroup_root: Option<String>,
+    file_check_frequency: Option<String>,
+    max_pods: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct NanoletConfigurationDoc {
+    #[allow(dead_code)]
+    api_version: Option<String>,
+    #[allow(dead_code)]
+    kind: Option<String>,
+    state_dir: Option<PathBuf>,
+    runtime: Option<RuntimeDoc>,
+    #[serde(default)]
+    insecure_registries: Vec<String>,
+    #[serde(default)]
+    registry_mirrors: BTreeMap<String, Vec<String>>,
+    ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RuntimeDoc {
+    name: Option<String>,
+    path: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeKind {
+    Runc,
+    Crun,
+}
+
+impl RuntimeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeKind::Runc => "runc",
+            RuntimeKind::Crun => "crun",
+        }
+    }
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "runc" => Some(RuntimeKind::Runc),
+            "crun" => Some(RuntimeKind::Crun),
+            _ => None,
+        }
+    }
+}
+
+/// The resolved configuration the agent runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub static_pod_path: Option<PathBuf>,
+    pub pod_logs_dir: PathBuf,
+    pub container_log_max_size: u64,
+    pub container_log_max_files: u32,
+    pub cgroup_root: String,
+    /// Rescan period of the manifest directory, on top of inotify.
+    pub file_check_frequency: Duration,
+    pub max_pods: u32,
+    pub state_dir: PathBuf,
+    pub runtime: RuntimeKind,
+    pub runtime_path: PathBuf,
+    /// Registries (host[:port]) that may be reached over plain HTTP.
+    pub insecure_registries: Vec<String>,
+    /// Registry host → mirrors tried before it, in order.
+    pub registry_mirrors: BTreeMap<String, Vec<String>>,
+    pub ca_file: PathBuf,
+}
+
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/nanolet";
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            static_pod_path: None,
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            container_log_max_size: 10 << 20,
+            container_log_max_files: 5,
+            cgroup_root: "/".into(),
+            file_check_frequency: Duration::from_secs(20),
+            max_pods: 110,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            runtime: RuntimeKind::Runc,
+            runtime_path: PathBuf::from("runc"),
+            insecure_registries: Vec::new(),
+            registry_mirrors: BTreeMap::new(),
+            ca_file: PathBuf::from("/etc/ssl/certs/ca-certificates.crt"),
+        }
+    }
+}
+
+impl Config {
+    /// Loads a config file: one or two YAML (or JSON) documents, told apart by
+    /// `kind`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        let mut kubelet = KubeletConfigurationDoc::default();
+        let mut nanolet = NanoletConfigurationDoc::default();
+        for document in serde_yaml_ng::Deserializer::from_str(text) {
+            let value = serde_yaml_ng::Value::deserialize(document)
+                .map_err(|e| invalid(e.to_string()))?;
+            if value.is_null() {
+                continue;
+            }
+            let kind = value
+                .get("kind")
+                .and_then(|k| k.as_str())
+                .unwrap_or("KubeletConfiguration")
+                .to_owned();
+            match kind.as_str() {
+                "KubeletConfiguration" => {
+                    kubelet = serde_yaml_ng::from_value(value)
+                        .map_err(|e| invalid(format!("KubeletConfiguration: {e}")))?
+                }
+                "NanoletConfiguration" => {
+                    nanolet = serde_yaml_ng::from_value(value)
+                        .map_err(|e| invalid(format!("NanoletConfiguration: {e}")))?
+                }
+                other => {
+                    return Err(invalid(format!(
+                        "unknown kind {other:?} (expected KubeletConfiguration or NanoletConfiguration)"
+                    )));
+                }
+            }
+        }
+        let mut config = Config::default();
+        if let Some(p) = kubelet.static_pod_path {
+            config.static_pod_path = Some(p);
+        }
+        if let Some(p) = kubelet.pod_logs_dir {
+            config.pod_logs_dir = p;
+        }
+        if let Some(size) = kubelet.container_log_max_size {
+            config.container_log_max_size = quantity::parse_bytes(&size)
+                .map_err(|e| invalid(format!("containerLogMaxSize: {e}")))?;
+        }
+        if let Some(files) = kubelet.container_log_max_files {
+            if files < 2 {
+                return Err(invalid("containerLogMaxFiles: must be at least 2".into()));
+            }
+            config.container_log_max_files = files;
+        }
+        if let Some(root) = kubelet.cgroup_root {
+            config.cgroup_root = root;
+        }
+        if let Some(freq) = kubelet.file_check_frequency {
+            config.file_check_frequency = quantity::parse_duration(&freq)
+                .map_err(|e| invalid(format!("fileCheckFrequency: {e}")))?;
+        }
+        if let Some(max) = kubelet.max_pods {
+            config.max_pods = max;
+        }
+        if let Some(dir) = nanolet.state_dir {
+            config.state_dir = dir;
+        }
+        if let Some(runtime) = nanolet.runtime {
+            if let Some(name) = runtime.name {
+                config.runtime = RuntimeKind::parse(&name)
+                    .ok_or_else(|| invalid(format!("runtime.name: {name:?} is not runc or crun")))?;
+                config.runtime_path = PathBuf::from(config.runtime.name());
+            }
+            if let Some(path) = runtime.path {
+                config.runtime_path = path;
+            }
+        }
+        config.insecure_registries = nanolet.insecure_registries;
+        config.registry_mirrors = nanolet.registry_mirrors;
+        if let Some(ca) = nanolet.ca_file {
+            config.ca_file = ca;
+        }
+        Ok(config)
+    }
+
+    /// Applies one command-line flag that overrides a config setting.
+    /// Returns false when the flag is not a config flag.
+    pub fn apply_flag(&mut self, flag: &str, value: &str) -> Result<bool, ConfigError> {
+        match flag {
+            "state-dir" => self.state_dir = value.into(),
+            "static-pod-path" | "pod-manifest-path" => self.static_pod_path = Some(value.into()),
+            "pod-logs-dir" => self.pod_logs_dir = value.into(),
+            "cgroup-root" => self.cgroup_root = value.into(),
+            "runtime" => {
+                self.runtime = RuntimeKind::parse(value)
+                    .ok_or_else(|| ConfigError::Flag(format!("--runtime: {value:?} is not runc or crun")))?;
+                self.runtime_path = PathBuf::from(self.runtime.name());
+            }
+            "runtime-path" => self.runtime_path = value.into(),
+            "insecure-registry" => self.insecure_registries.push(value.into()),
+            "container-log-max-size" => {
+                self.container_log_max_size = quantity::parse_bytes(value)
+                    .map_err(|e| ConfigError::Flag(format!("--container-log-max-size: {e}")))?
+            }
+            "container-log-max-files" => {
+                self.container_log_max_files = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 2)
+                    .ok_or_else(|| ConfigError::Flag("--container-log-max-files: need an integer ≥ 2".into()))?
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_documents() {
+        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /m\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\n---\nkind: NanoletConfiguration\nstateDir: /s\nruntime: {name: crun}\ninsecureRegistries: [\"127.0.0.1:5000\"]\n";
+        let c = Config::parse(text, Path::new("c.yaml")).unwrap();
+        assert_eq!(c.static_pod_path, Some(PathBuf::from("/m")));
+        assert_eq!(c.container_log_max_size, 1 << 20);
+        assert_eq!(c.container_log_max_files, 3);
+        assert_eq!(c.state_dir, PathBuf::from("/s"));
+        assert_eq!(c.runtime, RuntimeKind::Crun);
+        assert_eq!(c.runtime_path, PathBuf::from("crun"));
+        assert_eq!(c.insecure_registries, vec!["127.0.0.1:5000".to_string()]);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_file() {
+        let err = Config::parse("kind: KubeletConfiguration\nstaticPodPth: /m\n", Path::new("/etc/n.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/etc/n.yaml"), "{err}");
+        assert!(err.contains("staticPodPth"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values() {
+        assert!(Config::parse("containerLogMaxSize: ten\n", Path::new("c")).is_err());
+        assert!(Config::parse("kind: NanoletConfiguration\nruntime: {name: docker}\n", Path::new("c")).is_err());
+        assert!(Config::parse("kind: Other\n", Path::new("c")).is_err());
+        assert!(Config::parse("a: [\n", Path::new("c")).is_err());
+    }
+}

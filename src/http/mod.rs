@@ -1,0 +1,439 @@
+//! HTTP/1.1 client on the smol loop: hyper over async-io sockets, TLS by
+//! rustls (ring), a small keep-alive pool, redirects that never carry
+//! credentials to another host, and timeouts by progress.
+
+mod io;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_lite::{AsyncRead, AsyncWrite, FutureExt};
+use futures_rustls::TlsConnector;
+use futures_rustls::rustls::{self, ClientConfig, RootCertStore};
+use http::header::{AUTHORIZATION, HOST, LOCATION};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use smol::Async;
+
+use self::io::HyperIo;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("{url}: invalid URL")]
+    InvalidUrl { url: String },
+    #[error("{url}: connecting: {source}")]
+    Connect { url: String, source: std::io::Error },
+    #[error("{url}: TLS: {message}")]
+    Tls { url: String, message: String },
+    #[error("{url}: no progress for {after:?}")]
+    Timeout { url: String, after: Duration },
+    #[error("{url}: {source}")]
+    Protocol { url: String, source: hyper::Error },
+    #[error("{url}: more than {MAX_REDIRECTS} redirects")]
+    TooManyRedirects { url: String },
+    #[error("{url}: response larger than {limit} bytes")]
+    TooLarge { url: String, limit: usize },
+    #[error("{url}: plain HTTP is not allowed for this host")]
+    PlainHttpRefused { url: String },
+}
+
+const MAX_REDIRECTS: usize = 5;
+const IDLE_PER_HOST: usize = 4;
+
+/// How long a connection attempt or a silent peer may take before we give
+/// up: slow links still finish as long as bytes keep coming.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+enum Stream {
+    Plain(Async<TcpStream>),
+    Tls(Box<futures_rustls::client::TlsStream<Async<TcpStream>>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_close(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_close(cx),
+        }
+    }
+}
+
+type Sender = SendRequest<Empty<Bytes>>;
+
+/// A cheap-to-clone client; all clones share one pool.
+#[derive(Clone)]
+pub struct Client {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    ca_file: PathBuf,
+    tls: RefCell<Option<Arc<ClientConfig>>>,
+    /// Hosts (host[:port]) that may be reached over plain HTTP.
+    plain_http: Vec<String>,
+    idle: RefCell<HashMap<String, Vec<Sender>>>,
+}
+
+/// Scheme, host and port of a URL, as the pool keys connections.
+fn origin(uri: &Uri) -> Option<(bool, String, u16)> {
+    let tls = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => return None,
+    };
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    Some((tls, host, port))
+}
+
+async fn with_timeout<T>(
+    url: &Uri,
+    after: Duration,
+    fut: impl std::future::Future<Output = Result<T, HttpError>>,
+) -> Result<T, HttpError> {
+    fut.or(async {
+        smol::Timer::after(after).await;
+        Err(HttpError::Timeout {
+            url: url.to_string(),
+            after,
+        })
+    })
+    .await
+}
+
+impl Client {
+    pub fn new(ca_file: PathBuf, plain_http: Vec<String>) -> Client {
+        Client {
+            inner: Rc::new(Inner {
+                ca_file,
+                tls: RefCell::new(None),
+                plain_http,
+                idle: RefCell::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Whether `authority` (host[:port]) may be used over plain HTTP.
+    pub fn allows_plain_http(&self, authority: &str) -> bool {
+        self.inner.plain_http.iter().any(|h| h == authority)
+    }
+
+    /// The TLS configuration, built on first use: most pulls on a test or a
+    /// local network never need the CA bundle in memory.
+    fn tls_config(&self, url: &Uri) -> Result<Arc<ClientConfig>, HttpError> {
+        if let Some(config) = self.inner.tls.borrow().as_ref() {
+            return Ok(config.clone());
+        }
+        let tls_err = |message: String| HttpError::Tls {
+            url: url.to_string(),
+            message,
+        };
+        let mut roots = RootCertStore::empty();
+        let certs = CertificateDer::pem_file_iter(&self.inner.ca_file)
+            .map_err(|e| tls_err(format!("{}: {e}", self.inner.ca_file.display())))?;
+        for cert in certs.flatten() {
+            // Bundles carry certificates rustls cannot parse; skip those.
+            let _ = roots.add(cert);
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| tls_err(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let config = Arc::new(config);
+        *self.inner.tls.borrow_mut() = Some(config.clone());
+        Ok(config)
+    }
+
+    async fn connect(&self, url: &Uri) -> Result<Sender, HttpError> {
+        let (tls, host, port) = origin(url).ok_or_else(|| HttpError::InvalidUrl {
+            url: url.to_string(),
+        })?;
+        let connect_err = |source| HttpError::Connect {
+            url: url.to_string(),
+            source,
+        };
+        let addrs = smol::net::resolve((host.as_str(), port))
+            .await
+            .map_err(connect_err)?;
+        let mut last_err = std::io::Error::other("no address");
+        let mut tcp = None;
+        for addr in addrs {
+            match with_timeout(url, STALL_TIMEOUT, async {
+                Async::<TcpStream>::connect(addr).await.map_err(connect_err)
+            })
+            .await
+            {
+                Ok(s) => {
+                    tcp = Some(s);
+                    break;
+                }
+                Err(HttpError::Connect { source, .. }) => last_err = source,
+                Err(e) => return Err(e),
+            }
+        }
+        let tcp = tcp.ok_or_else(|| connect_err(last_err))?;
+        let _ = tcp.get_ref().set_nodelay(true);
+        let stream = if tls {
+            let config = self.tls_config(url)?;
+            let name = ServerName::try_from(host.clone()).map_err(|e| HttpError::Tls {
+                url: url.to_string(),
+                message: e.to_string(),
+            })?;
+            let tls_stream = with_timeout(url, STALL_TIMEOUT, async {
+                TlsConnector::from(config)
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| HttpError::Tls {
+                        url: url.to_string(),
+                        message: e.to_string(),
+                    })
+            })
+            .await?;
+            Stream::Tls(Box::new(tls_stream))
+        } else {
+            Stream::Plain(tcp)
+        };
+        let (sender, connection) = hyper::client::conn::http1::handshake(HyperIo(stream))
+            .await
+            .map_err(|source| HttpError::Protocol {
+                url: url.to_string(),
+                source,
+            })?;
+        crate::rt::spawn(async move {
+            if let Err(e) = connection.await {
+                log::debug!("connection closed: {e}");
+            }
+        })
+        .detach();
+        Ok(sender)
+    }
+
+    fn checkout(&self, key: &str) -> Option<Sender> {
+        let mut idle = self.inner.idle.borrow_mut();
+        let senders = idle.get_mut(key)?;
+        senders.retain(|s| !s.is_closed());
+        let pos = senders.iter().position(|s| s.is_ready())?;
+        Some(senders.swap_remove(pos))
+    }
+
+    /// Sends one request (no body) and returns the response with its body
+    /// unread. Refuses plain HTTP unless the host is allowed it.
+    pub async fn request(
+        &self,
+        method: Method,
+        url: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<Response<Incoming>, HttpError> {
+        let (tls, host, port) = origin(url).ok_or_else(|| HttpError::InvalidUrl {
+            url: url.to_string(),
+        })?;
+        let authority = url.authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
+        if !tls && !self.allows_plain_http(&authority) {
+            return Err(HttpError::PlainHttpRefused {
+                url: url.to_string(),
+            });
+        }
+        let key = format!("{tls}/{host}/{port}");
+        let mut sender = match self.checkout(&key) {
+            Some(s) => s,
+            None => self.connect(url).await?,
+        };
+        let path = url.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Empty::<Bytes>::new())
+            .map_err(|_| HttpError::InvalidUrl {
+                url: url.to_string(),
+            })?;
+        *request.headers_mut() = headers.clone();
+        if let Ok(value) = authority.parse() {
+            request.headers_mut().insert(HOST, value);
+        }
+        let response = with_timeout(url, STALL_TIMEOUT, async {
+            sender
+                .send_request(request)
+                .await
+                .map_err(|source| HttpError::Protocol {
+                    url: url.to_string(),
+                    source,
+                })
+        })
+        .await?;
+        // The connection is ready again once this body has been read; until
+        // then `checkout` passes it over.
+        let mut idle = self.inner.idle.borrow_mut();
+        let senders = idle.entry(key).or_default();
+        if senders.len() < IDLE_PER_HOST {
+            senders.push(sender);
+        }
+        Ok(response)
+    }
+
+    /// GET (or HEAD) following redirects. Credentials go only to the origin
+    /// they were meant for: a redirect to another host drops Authorization.
+    pub async fn get(
+        &self,
+        method: Method,
+        url: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<(Uri, Response<Incoming>), HttpError> {
+        let mut url = url.clone();
+        let mut headers = headers.clone();
+        for _ in 0..=MAX_REDIRECTS {
+            let response = self.request(method.clone(), &url, &headers).await?;
+            let redirect = matches!(
+                response.status(),
+                StatusCode::MOVED_PERMANENTLY
+                    | StatusCode::FOUND
+                    | StatusCode::SEE_OTHER
+                    | StatusCode::TEMPORARY_REDIRECT
+                    | StatusCode::PERMANENT_REDIRECT
+            );
+            let location = response
+                .headers()
+                .get(LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .map(str::to_owned);
+            match (redirect, location) {
+                (true, Some(location)) => {
+                    let next = resolve(&url, &location).ok_or_else(|| HttpError::InvalidUrl {
+                        url: location.clone(),
+                    })?;
+                    if origin(&next) != origin(&url) {
+                        headers.remove(AUTHORIZATION);
+                    }
+                    url = next;
+                }
+                _ => return Ok((url, response)),
+            }
+        }
+        Err(HttpError::TooManyRedirects {
+            url: url.to_string(),
+        })
+    }
+}
+
+/// Resolves a Location header against the URL it came from.
+fn resolve(base: &Uri, location: &str) -> Option<Uri> {
+    if location.starts_with("http://") || location.starts_with("https://") {
+        return location.parse().ok();
+    }
+    let scheme = base.scheme_str()?;
+    let authority = base.authority()?.as_str();
+    if let Some(rest) = location.strip_prefix("//") {
+        return format!("{scheme}://{rest}").parse().ok();
+    }
+    let path = if location.starts_with('/') {
+        location.to_owned()
+    } else {
+        let dir = base.path().rsplit_once('/').map_or("", |(d, _)| d);
+        format!("{dir}/{location}")
+    };
+    format!("{scheme}://{authority}{path}").parse().ok()
+}
+
+/// Reads a whole (small) body, refusing more than `limit` bytes.
+pub async fn read_body(url: &Uri, body: Incoming, limit: usize) -> Result<Vec<u8>, HttpError> {
+    let mut out = Vec::new();
+    let mut body = body;
+    while let Some(frame) = next_chunk(url, &mut body).await? {
+        if out.len() + frame.len() > limit {
+            return Err(HttpError::TooLarge {
+                url: url.to_string(),
+                limit,
+            });
+        }
+        out.extend_from_slice(&frame);
+    }
+    Ok(out)
+}
+
+/// The next chunk of a body, or `None` at its end; fails when the peer sends
+/// nothing for [`STALL_TIMEOUT`].
+pub async fn next_chunk(url: &Uri, body: &mut Incoming) -> Result<Option<Bytes>, HttpError> {
+    loop {
+        let frame = with_timeout(url, STALL_TIMEOUT, async {
+            body.frame().await.transpose().map_err(|source| HttpError::Protocol {
+                url: url.to_string(),
+                source,
+            })
+        })
+        .await?;
+        match frame {
+            None => return Ok(None),
+            Some(frame) => {
+                if let Ok(data) = frame.into_data() {
+                    return Ok(Some(data));
+                }
+                // Trailers: nothing we use.
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_locations() {
+        let base: Uri = "http://127.0.0.1:5000/v2/a/blobs/sha256:1".parse().unwrap();
+        assert_eq!(
+            resolve(&base, "/x?y=1").unwrap().to_string(),
+            "http://127.0.0.1:5000/x?y=1"
+        );
+        assert_eq!(
+            resolve(&base, "https://cdn.example/b").unwrap().to_string(),
+            "https://cdn.example/b"
+        );
+        assert_eq!(
+            resolve(&base, "c").unwrap().to_string(),
+            "http://127.0.0.1:5000/v2/a/blobs/c"
+        );
+        assert!(origin(&"ftp://x/".parse().unwrap()).is_none());
+    }
+}

@@ -1,0 +1,353 @@
+//! Images: references, the registry client, the store, layer unpacking and
+//! container root filesystems. [`ImageService::ensure`] is the one entry
+//! point pod workers use.
+
+pub mod manifest;
+pub mod reference;
+pub mod registry;
+pub mod store;
+pub mod unpack;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use futures_lite::AsyncWriteExt;
+use jiff::Timestamp;
+use sha2::{Digest, Sha256};
+use smol::lock::{Mutex, Semaphore};
+
+use self::manifest::{Descriptor, Document, ImageConfig, Platform, RunConfig};
+use self::reference::{Reference, ReferenceError};
+use self::registry::{Registry, RegistryError};
+use self::store::{ImageRecord, Store};
+use crate::http::{HttpError, next_chunk};
+use crate::pod::PullPolicy;
+use crate::state::{self, StateError, hex};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error(transparent)]
+    InvalidName(#[from] ReferenceError),
+    #[error("image {image} is not present and the pull policy is Never")]
+    NeverPull { image: String },
+    #[error("pulling {image}: {source}")]
+    Registry {
+        image: String,
+        source: RegistryError,
+    },
+    #[error("pulling {image}: {message}")]
+    Pull { image: String, message: String },
+    #[error(transparent)]
+    Store(#[from] StateError),
+}
+
+/// An image ready to run.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub reference: String,
+    /// The config digest, as kubelets report imageID.
+    pub id: String,
+    /// Unpacked layer directories, bottom first.
+    pub layers: Vec<PathBuf>,
+    pub config: RunConfig,
+}
+
+pub struct ImageService {
+    registry: Registry,
+    store: Store,
+    platform: Platform,
+    /// One pull per reference at a time; a second asker waits and then finds
+    /// the image in the store.
+    pulls: RefCell<HashMap<String, Rc<Mutex<()>>>>,
+    /// Unpacking is CPU and disk work off the loop; bound it on small boards.
+    unpack_slots: Semaphore,
+}
+
+const MAX_CONFIG: usize = 4 << 20;
+
+fn sha256_digest(data: &[u8]) -> String {
+    format!("sha256:{}", hex(&Sha256::digest(data)))
+}
+
+impl ImageService {
+    pub fn new(registry: Registry, store: Store) -> Self {
+        ImageService {
+            registry,
+            store,
+            platform: manifest::host_platform(),
+            pulls: RefCell::new(HashMap::new()),
+            unpack_slots: Semaphore::new(1),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn with_platform(mut self, platform: Platform) -> Self {
+        self.platform = platform;
+        self
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Makes `image` present per `policy` and returns it.
+    pub async fn ensure(&self, image: &str, policy: PullPolicy) -> Result<Image, ImageError> {
+        let reference = Reference::parse(image)?;
+        let key = reference.to_string();
+        if policy != PullPolicy::Always
+            && let Some(record) = self.store.record(&key)?
+        {
+            return self.image_from(record);
+        }
+        if policy == PullPolicy::Never {
+            return Err(ImageError::NeverPull { image: key });
+        }
+        let lock = self.pulls.borrow_mut().entry(key.clone()).or_default().clone();
+        let started = std::time::Instant::now();
+        let result = {
+            let _guard = lock.lock().await;
+            self.pull(&reference, &key).await
+        };
+        if Rc::strong_count(&lock) <= 2 {
+            self.pulls.borrow_mut().remove(&key);
+        }
+        let record = result?;
+        log::info!("pulled {key} ({} bytes) in {:?}", record.size, started.elapsed());
+        self.image_from(record)
+    }
+
+    fn image_from(&self, record: ImageRecord) -> Result<Image, ImageError> {
+        let pull_err = |message: String| ImageError::Pull {
+            image: record.reference.clone(),
+            message,
+        };
+        let config_path = self
+            .store
+            .blob_path(&record.config_digest)
+            .ok_or_else(|| pull_err("bad config digest".into()))?;
+        let data = std::fs::read(&config_path).map_err(|e| pull_err(format!("{}: {e}", config_path.display())))?;
+        let config: ImageConfig =
+            serde_json::from_slice(&data).map_err(|e| pull_err(format!("image config: {e}")))?;
+        let layers = record
+            .layers
+            .iter()
+            .map(|l| self.store.layer_path(l).ok_or_else(|| pull_err(format!("bad layer digest {l}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.store.touch(&record.reference)?;
+        Ok(Image {
+            reference: record.reference.clone(),
+            id: record.config_digest.clone(),
+            layers,
+            config: config.config.unwrap_or_default(),
+        })
+    }
+
+    async fn pull(&self, reference: &Reference, key: &str) -> Result<ImageRecord, ImageError> {
+        let registry_err = |source| ImageError::Registry {
+            image: key.to_owned(),
+            source,
+        };
+        let pull_err = |message: String| ImageError::Pull {
+            image: key.to_owned(),
+            message,
+        };
+        let (body, content_type) = self.registry.manifest(reference).await.map_err(registry_err)?;
+        let mut digest = sha256_digest(&body);
+        if let Some(pinned) = &reference.digest
+            && *pinned != digest
+        {
+            return Err(pull_err(format!("manifest digest {digest} does not match {pinned}")));
+        }
+        let mut document: Document =
+            serde_json::from_slice(&body).map_err(|e| pull_err(format!("manifest: {e}")))?;
+        if document.is_index(&content_type) {
+            let entry = manifest::select_platform(&document.manifests, &self.platform).ok_or_else(|| {
+                pull_err(format!(
+                    "no manifest for platform {}/{}{}",
+                    self.platform.os,
+                    self.platform.architecture,
+                    self.platform.variant.as_deref().map(|v| format!("/{v}")).unwrap_or_default()
+                ))
+            })?;
+            let by_digest = Reference {
+                digest: Some(entry.digest.clone()),
+                tag: None,
+                ..reference.clone()
+            };
+            let (body, _) = self.registry.manifest(&by_digest).await.map_err(registry_err)?;
+            digest = sha256_digest(&body);
+            if digest != entry.digest {
+                return Err(pull_err(format!("manifest digest {digest} does not match {}", entry.digest)));
+            }
+            document = serde_json::from_slice(&body).map_err(|e| pull_err(format!("manifest: {e}")))?;
+        }
+        if document.schema_version != 2 {
+            return Err(pull_err(format!(
+                "manifest schema version {} is not supported",
+                document.schema_version
+            )));
+        }
+        let config_desc = document
+            .config
+            .clone()
+            .ok_or_else(|| pull_err("manifest has no config".into()))?;
+        let config_bytes = self.fetch_small_blob(reference, key, &config_desc).await?;
+        let config: ImageConfig =
+            serde_json::from_slice(&config_bytes).map_err(|e| pull_err(format!("image config: {e}")))?;
+        if config.os != self.platform.os || config.architecture != self.platform.architecture {
+            return Err(pull_err(format!(
+                "image is for {}/{}, this node is {}/{}",
+                config.os, config.architecture, self.platform.os, self.platform.architecture
+            )));
+        }
+        let config_path = self
+            .store
+            .blob_path(&config_desc.digest)
+            .ok_or_else(|| pull_err(format!("bad config digest {}", config_desc.digest)))?;
+        state::write_atomic(&config_path, &config_bytes, 0o600)?;
+
+        let mut size = 0;
+        for layer in &document.layers {
+            size += layer.size;
+            if !self.store.has_layer(&layer.digest) {
+                self.fetch_layer(reference, key, layer).await?;
+            }
+        }
+        let now = Timestamp::now();
+        let record = ImageRecord {
+            reference: key.to_owned(),
+            manifest_digest: digest,
+            config_digest: config_desc.digest.clone(),
+            layers: document.layers.iter().map(|l| l.digest.clone()).collect(),
+            size,
+            pulled: now,
+            last_used: now,
+        };
+        self.store.put_record(record.clone())?;
+        Ok(record)
+    }
+
+    async fn fetch_small_blob(&self, reference: &Reference, key: &str, desc: &Descriptor) -> Result<Vec<u8>, ImageError> {
+        let pull_err = |message: String| ImageError::Pull {
+            image: key.to_owned(),
+            message,
+        };
+        if desc.size > MAX_CONFIG as u64 {
+            return Err(pull_err(format!("config blob of {} bytes is too large", desc.size)));
+        }
+        let (url, body) = self
+            .registry
+            .blob(reference, &desc.digest)
+            .await
+            .map_err(|source| ImageError::Registry {
+                image: key.to_owned(),
+                source,
+            })?;
+        let data = crate::http::read_body(&url, body, MAX_CONFIG)
+            .await
+            .map_err(|e| pull_err(e.to_string()))?;
+        let digest = sha256_digest(&data);
+        if digest != desc.digest || data.len() as u64 != desc.size {
+            return Err(pull_err(format!(
+                "blob {} failed verification: got {digest} ({} bytes)",
+                desc.digest,
+                data.len()
+            )));
+        }
+        Ok(data)
+    }
+
+    /// Downloads a layer to `tmp/` while hashing it, verifies it, unpacks it
+    /// off the loop and moves the result into place.
+    async fn fetch_layer(&self, reference: &Reference, key: &str, desc: &Descriptor) -> Result<(), ImageError> {
+        let pull_err = |message: String| ImageError::Pull {
+            image: key.to_owned(),
+            message,
+        };
+        let final_path = self
+            .store
+            .layer_path(&desc.digest)
+            .ok_or_else(|| pull_err(format!("bad layer digest {}", desc.digest)))?;
+        let blob_path = self.store.temp_path("blob");
+        let result = async {
+            self.download(reference, key, desc, &blob_path).await?;
+            let _slot = self.unpack_slots.acquire().await;
+            let unpack_dir = self.store.temp_path("layer");
+            let (blob, dir) = (blob_path.clone(), unpack_dir.clone());
+            let unpacked = smol::unblock(move || unpack::unpack(&blob, &dir, unpack::Limits::default())).await;
+            match unpacked {
+                Ok(stats) => {
+                    if stats.skipped_devices > 0 {
+                        log::warn!("{key}: layer {}: skipped {} device nodes", desc.digest, stats.skipped_devices);
+                    }
+                    if let Err(e) = std::fs::rename(&unpack_dir, &final_path) {
+                        // Another pull of an image sharing this layer won.
+                        let _ = state::remove_tree(&unpack_dir);
+                        if !final_path.is_dir() {
+                            return Err(pull_err(format!("{}: {e}", final_path.display())));
+                        }
+                    }
+                    Ok(())
+                }
+                Err(e) => {
+                    let dir = unpack_dir.clone();
+                    let _ = smol::unblock(move || state::remove_tree(&dir)).await;
+                    Err(pull_err(format!("layer {}: {e}", desc.digest)))
+                }
+            }
+        }
+        .await;
+        let _ = std::fs::remove_file(&blob_path);
+        result
+    }
+
+    async fn download(
+        &self,
+        reference: &Reference,
+        key: &str,
+        desc: &Descriptor,
+        path: &std::path::Path,
+    ) -> Result<(), ImageError> {
+        let pull_err = |message: String| ImageError::Pull {
+            image: key.to_owned(),
+            message,
+        };
+        let io_err = |e: std::io::Error| pull_err(format!("{}: {e}", path.display()));
+        let (url, mut body) = self
+            .registry
+            .blob(reference, &desc.digest)
+            .await
+            .map_err(|source| ImageError::Registry {
+                image: key.to_owned(),
+                source,
+            })?;
+        let mut file = smol::fs::File::create(path).await.map_err(io_err)?;
+        let mut hasher = Sha256::new();
+        let mut received: u64 = 0;
+        while let Some(chunk) = next_chunk(&url, &mut body)
+            .await
+            .map_err(|e: HttpError| pull_err(e.to_string()))?
+        {
+            received += chunk.len() as u64;
+            if received > desc.size {
+                return Err(pull_err(format!(
+                    "blob {} is larger than its declared {} bytes",
+                    desc.digest, desc.size
+                )));
+            }
+            hasher.update(&chunk);
+            file.write_all(&chunk).await.map_err(io_err)?;
+        }
+        file.flush().await.map_err(io_err)?;
+        let digest = format!("sha256:{}", hex(&hasher.finalize()));
+        if digest != desc.digest || received != desc.size {
+            return Err(pull_err(format!(
+                "blob {} failed verification: got {digest} ({received} of {} bytes)",
+                desc.digest, desc.size
+            )));
+        }
+        Ok(())
+    }
+}

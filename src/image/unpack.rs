@@ -1,0 +1,420 @@
+//! Unpacks one layer (tar, optionally gzip) into its own directory, in the
+//! form overlayfs reads: OCI whiteouts become overlay whiteouts (0:0 character
+//! devices) and opaque directories get `trusted.overlay.opaque=y`.
+//!
+//! A layer is untrusted. Nothing it contains may create, change or follow
+//! anything outside the destination: paths are normalised and `..` refused,
+//! no entry is written through a symlink (every parent is checked with
+//! lstat), hardlinks must point at regular files inside the layer, device
+//! nodes are skipped, and sizes and entry counts are capped. Runs off the
+//! event loop (it is blocking file I/O).
+
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Component, Path, PathBuf};
+
+use flate2::read::GzDecoder;
+use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+use nix::unistd::{Gid, Uid, mkfifo};
+
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("layer entry {entry:?}: {reason}")]
+    Hostile { entry: String, reason: &'static str },
+    #[error("layer is larger than the limit of {limit} bytes uncompressed")]
+    TooLarge { limit: u64 },
+    #[error("layer has more than {limit} entries")]
+    TooManyEntries { limit: u64 },
+    #[error("layer compression {0} is not supported yet")]
+    Compression(&'static str),
+    #[error("reading the layer: {0}")]
+    Tar(io::Error),
+}
+
+/// Limits against decompression bombs.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_bytes: u64,
+    pub max_entries: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: 16 << 30,
+            max_entries: 1_000_000,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub entries: u64,
+    pub bytes: u64,
+    pub skipped_devices: u64,
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> UnpackError + '_ {
+    move |source| UnpackError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Opens a layer blob and picks its decompressor by magic bytes, which is
+/// more reliable than media types some registries get wrong.
+fn open_layer(blob: &Path) -> Result<Box<dyn Read>, UnpackError> {
+    let file = File::open(blob).map_err(io_at(blob))?;
+    let mut reader = BufReader::with_capacity(64 << 10, file);
+    let head = io::BufRead::fill_buf(&mut reader).map_err(io_at(blob))?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        Ok(Box::new(GzDecoder::new(reader)))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Err(UnpackError::Compression("zstd"))
+    } else {
+        Ok(Box::new(reader))
+    }
+}
+
+pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackError> {
+    fs::create_dir_all(dest).map_err(io_at(dest))?;
+    let reader = open_layer(blob)?;
+    let mut archive = tar::Archive::new(reader);
+    let mut stats = Stats::default();
+    // Directory modes are applied last: a read-only directory must still
+    // receive its entries.
+    let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
+    for entry in archive.entries().map_err(UnpackError::Tar)? {
+        let mut entry = entry.map_err(UnpackError::Tar)?;
+        stats.entries += 1;
+        if stats.entries > limits.max_entries {
+            return Err(UnpackError::TooManyEntries {
+                limit: limits.max_entries,
+            });
+        }
+        let raw_path = entry.path_bytes().into_owned();
+        let display = String::from_utf8_lossy(&raw_path).into_owned();
+        let Some(rel) = normalise(&raw_path, &display)? else {
+            continue; // the root itself
+        };
+        let target = dest.join(&rel);
+        let parent = target.parent().unwrap_or(dest);
+        ensure_parents(dest, &rel, &display)?;
+
+        let name = rel.file_name().map(OsStr::as_bytes).unwrap_or_default();
+        if let Some(hidden) = name.strip_prefix(b".wh.") {
+            if hidden == b".wh..opq" {
+                set_opaque(parent)?;
+            } else {
+                let whiteout = parent.join(OsStr::from_bytes(hidden));
+                remove_existing(&whiteout)?;
+                mknod(&whiteout, SFlag::S_IFCHR, Mode::empty(), makedev(0, 0)).map_err(|e| {
+                    UnpackError::Io {
+                        path: whiteout.clone(),
+                        source: e.into(),
+                    }
+                })?;
+            }
+            continue;
+        }
+
+        let header = entry.header();
+        let mode = header.mode().unwrap_or(0o644) & 0o7777;
+        let uid = header.uid().unwrap_or(0);
+        let gid = header.gid().unwrap_or(0);
+        let kind = header.entry_type();
+        let size = header.size().unwrap_or(0);
+        if kind.is_file() || kind == tar::EntryType::Continuous {
+            stats.bytes += size;
+            if stats.bytes > limits.max_bytes {
+                return Err(UnpackError::TooLarge {
+                    limit: limits.max_bytes,
+                });
+            }
+            remove_existing(&target)?;
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&target)
+                .map_err(io_at(&target))?;
+            // Copy no more than the header promised.
+            io::copy(&mut (&mut entry).take(size), &mut file).map_err(io_at(&target))?;
+            chown(&target, uid, gid)?;
+            fs::set_permissions(&target, fs::Permissions::from_mode(mode)).map_err(io_at(&target))?;
+        } else if kind.is_dir() {
+            match fs::symlink_metadata(&target) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    remove_existing(&target)?;
+                    fs::create_dir(&target).map_err(io_at(&target))?;
+                }
+                Err(_) => fs::create_dir(&target).map_err(io_at(&target))?,
+            }
+            chown(&target, uid, gid)?;
+            dir_modes.push((target, mode));
+        } else if kind.is_symlink() {
+            let link = entry
+                .link_name_bytes()
+                .ok_or_else(|| hostile(&display, "symlink without a target"))?
+                .into_owned();
+            remove_existing(&target)?;
+            // The target may point anywhere: it is resolved only inside the
+            // container's root, and no later entry is written through it.
+            symlink(OsStr::from_bytes(&link), &target).map_err(io_at(&target))?;
+            lchown(&target, uid, gid)?;
+        } else if kind.is_hard_link() {
+            let link = entry
+                .link_name_bytes()
+                .ok_or_else(|| hostile(&display, "hardlink without a target"))?
+                .into_owned();
+            let link_rel = normalise(&link, &display)?
+                .ok_or_else(|| hostile(&display, "hardlink to the layer root"))?;
+            ensure_parents(dest, &link_rel, &display)?;
+            let source = dest.join(&link_rel);
+            match fs::symlink_metadata(&source) {
+                Ok(m) if m.is_file() => {}
+                _ => return Err(hostile(&display, "hardlink target is not a regular file of this layer")),
+            }
+            remove_existing(&target)?;
+            fs::hard_link(&source, &target).map_err(io_at(&target))?;
+        } else if kind == tar::EntryType::Fifo {
+            remove_existing(&target)?;
+            mkfifo(&target, Mode::from_bits_truncate(mode)).map_err(|e| UnpackError::Io {
+                path: target.clone(),
+                source: e.into(),
+            })?;
+            chown(&target, uid, gid)?;
+        } else if kind == tar::EntryType::Char || kind == tar::EntryType::Block {
+            // Runtimes provide /dev; a device node in an image is a way out
+            // of the container, so it is not created.
+            stats.skipped_devices += 1;
+        } else if matches!(kind, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName | tar::EntryType::GNULongLink) {
+            // Consumed by the tar reader; nothing to create.
+        } else {
+            log::debug!("layer entry {display:?}: type {kind:?} ignored");
+        }
+    }
+    // Deepest first, so that a parent's mode never blocks a child's chmod.
+    dir_modes.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
+    for (dir, mode) in dir_modes {
+        fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).map_err(io_at(&dir))?;
+    }
+    Ok(stats)
+}
+
+fn hostile(entry: &str, reason: &'static str) -> UnpackError {
+    UnpackError::Hostile {
+        entry: entry.to_owned(),
+        reason,
+    }
+}
+
+/// A relative, `..`-free path; `None` for the root itself. Leading `/` and
+/// `./` are dropped, as tar does.
+fn normalise(raw: &[u8], display: &str) -> Result<Option<PathBuf>, UnpackError> {
+    if raw.contains(&0) {
+        return Err(hostile(display, "NUL in path"));
+    }
+    let mut out = PathBuf::new();
+    for component in Path::new(OsStr::from_bytes(raw)).components() {
+        match component {
+            Component::Normal(c) => out.push(c),
+            Component::RootDir | Component::CurDir => {}
+            Component::ParentDir => return Err(hostile(display, "path contains '..'")),
+            Component::Prefix(_) => return Err(hostile(display, "path prefix")),
+        }
+    }
+    Ok((!out.as_os_str().is_empty()).then_some(out))
+}
+
+/// Makes sure every parent of `rel` inside `dest` is a real directory (never
+/// a symlink), creating missing ones.
+fn ensure_parents(dest: &Path, rel: &Path, display: &str) -> Result<(), UnpackError> {
+    let mut current = dest.to_path_buf();
+    let parents: Vec<_> = rel.parent().map(|p| p.components().collect()).unwrap_or_default();
+    for component in parents {
+        current.push(component);
+        match fs::symlink_metadata(&current) {
+            Ok(m) if m.is_dir() => {}
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(hostile(display, "path goes through a symlink"));
+            }
+            Ok(_) => return Err(hostile(display, "parent is not a directory")),
+            Err(_) => fs::create_dir(&current).map_err(io_at(&current))?,
+        }
+    }
+    Ok(())
+}
+
+/// Removes what an earlier entry put at `path` (a later entry wins), without
+/// following a symlink there.
+fn remove_existing(path: &Path) -> Result<(), UnpackError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path).map_err(io_at(path)),
+        Ok(_) => fs::remove_file(path).map_err(io_at(path)),
+        Err(_) => Ok(()),
+    }
+}
+
+fn set_opaque(dir: &Path) -> Result<(), UnpackError> {
+    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| hostile(&dir.to_string_lossy(), "NUL in path"))?;
+    let rc = unsafe {
+        libc::lsetxattr(
+            c_path.as_ptr(),
+            c"trusted.overlay.opaque".as_ptr(),
+            b"y".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(io_at(dir)(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn chown(path: &Path, uid: u64, gid: u64) -> Result<(), UnpackError> {
+    lchown(path, uid, gid)
+}
+
+fn lchown(path: &Path, uid: u64, gid: u64) -> Result<(), UnpackError> {
+    let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
+        return Err(hostile(&path.to_string_lossy(), "owner id out of range"));
+    };
+    nix::unistd::fchownat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        Some(Uid::from_raw(uid)),
+        Some(Gid::from_raw(gid)),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| UnpackError::Io {
+        path: path.to_owned(),
+        source: e.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct TempDir(PathBuf);
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+    fn temp() -> TempDir {
+        let p = std::env::temp_dir().join(format!("nanolet-unpack-{}", crate::state::random_hex()));
+        fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    enum E<'a> {
+        File(&'a str, &'a [u8]),
+        Dir(&'a str),
+        Symlink(&'a str, &'a str),
+        Hardlink(&'a str, &'a str),
+        Char(&'a str),
+    }
+
+    /// Writes a tar by hand so that hostile names reach the unpacker
+    /// unchanged (tar::Builder refuses some of them).
+    fn layer(dir: &Path, entries: &[E]) -> PathBuf {
+        let mut data = Vec::new();
+        for e in entries {
+            let mut h = tar::Header::new_old();
+            let (name, kind, body, link): (&str, tar::EntryType, &[u8], &str) = match e {
+                E::File(n, b) => (n, tar::EntryType::Regular, b, ""),
+                E::Dir(n) => (n, tar::EntryType::Directory, b"", ""),
+                E::Symlink(n, t) => (n, tar::EntryType::Symlink, b"", t),
+                E::Hardlink(n, t) => (n, tar::EntryType::Link, b"", t),
+                E::Char(n) => (n, tar::EntryType::Char, b"", ""),
+            };
+            h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+            h.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
+            h.set_entry_type(kind);
+            h.set_size(body.len() as u64);
+            h.set_mode(if kind == tar::EntryType::Directory { 0o755 } else { 0o644 });
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_cksum();
+            data.extend_from_slice(h.as_bytes());
+            data.extend_from_slice(body);
+            data.resize(data.len().div_ceil(512) * 512, 0);
+        }
+        data.extend_from_slice(&[0; 1024]);
+        let path = dir.join("layer.tar");
+        fs::write(&path, data).unwrap();
+        path
+    }
+
+    #[test]
+    fn plain_layer_and_whiteouts() {
+        let t = temp();
+        let blob = layer(&t.0, &[
+            E::Dir("./etc/"),
+            E::File("etc/hosts", b"127.0.0.1 x\n"),
+            E::File("/abs/file", b"ok"),
+            E::Symlink("etc/link", "/etc/hosts"),
+            E::Hardlink("etc/hosts2", "etc/hosts"),
+            E::File("gone/.wh.old", b""),
+            E::File("opaque/.wh..wh..opq", b""),
+            E::Char("dev/sda"),
+        ]);
+        let dest = t.0.join("out");
+        let stats = unpack(&blob, &dest, Limits::default()).unwrap();
+        assert_eq!(fs::read(dest.join("etc/hosts")).unwrap(), b"127.0.0.1 x\n");
+        assert_eq!(fs::read(dest.join("abs/file")).unwrap(), b"ok");
+        assert_eq!(fs::read_link(dest.join("etc/link")).unwrap(), Path::new("/etc/hosts"));
+        assert_eq!(fs::read(dest.join("etc/hosts2")).unwrap(), b"127.0.0.1 x\n");
+        use std::os::unix::fs::FileTypeExt;
+        let wh = fs::symlink_metadata(dest.join("gone/old")).unwrap();
+        assert!(wh.file_type().is_char_device());
+        assert!(!dest.join("dev/sda").exists());
+        assert_eq!(stats.skipped_devices, 1);
+        let mut buf = [0u8; 4];
+        let c = std::ffi::CString::new(dest.join("opaque").as_os_str().as_bytes()).unwrap();
+        let n = unsafe { libc::lgetxattr(c.as_ptr(), c"trusted.overlay.opaque".as_ptr(), buf.as_mut_ptr().cast(), 4) };
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn hostile_entries_write_nothing_outside() {
+        let t = temp();
+        let outside = t.0.join("outside");
+        fs::create_dir_all(&outside).unwrap();
+        let cases: Vec<(&str, Vec<E>)> = vec![
+            ("dotdot", vec![E::File("../outside/pwned", b"x")]),
+            ("through symlink", vec![E::Symlink("evil", "../outside"), E::File("evil/pwned", b"x")]),
+            ("absolute symlink", vec![E::Symlink("evil", &"/"), E::File("evil/tmp/pwned", b"x")]),
+            ("hardlink out", vec![E::Hardlink("h", "../outside/secret")]),
+            ("hardlink via symlink", vec![E::Symlink("s", "/etc"), E::Hardlink("h", "s/passwd")]),
+        ];
+        fs::write(outside.join("secret"), b"s").unwrap();
+        for (name, entries) in cases {
+            let dir = t.0.join(name.replace(' ', "-"));
+            fs::create_dir_all(&dir).unwrap();
+            let blob = layer(&dir, &entries);
+            let err = unpack(&blob, &dir.join("out"), Limits::default());
+            assert!(matches!(err, Err(UnpackError::Hostile { .. })), "{name}: {err:?}");
+        }
+        let names: Vec<_> = fs::read_dir(&outside).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("secret")]);
+    }
+
+    #[test]
+    fn limits() {
+        let t = temp();
+        let blob = layer(&t.0, &[E::File("a", &[0; 2000]), E::File("b", b"1")]);
+        let small = Limits { max_bytes: 1000, max_entries: 10 };
+        assert!(matches!(unpack(&blob, &t.0.join("o1"), small), Err(UnpackError::TooLarge { .. })));
+        let few = Limits { max_bytes: 1 << 20, max_entries: 1 };
+        assert!(matches!(unpack(&blob, &t.0.join("o2"), few), Err(UnpackError::TooManyEntries { .. })));
+    }
+}

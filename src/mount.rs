@@ -1,0 +1,118 @@
+//! Every mount and unmount the agent makes: container root filesystems
+//! (overlayfs), namespace bind mounts and volume bind mounts. Teardown is
+//! idempotent: unmounting what is not mounted succeeds.
+
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{what} {path}: {source}")]
+pub struct MountError {
+    pub what: &'static str,
+    pub path: PathBuf,
+    pub source: Errno,
+}
+
+/// Mounts an overlay of `lower` (bottom first) with a writable `upper` at
+/// `target`.
+pub fn overlay(lower: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> Result<(), MountError> {
+    // overlayfs lists lower dirs top first.
+    let lowers: Vec<String> = lower
+        .iter()
+        .rev()
+        .map(|p| p.to_string_lossy().replace(',', "\\,").replace(':', "\\:"))
+        .collect();
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lowers.join(":"),
+        upper.display(),
+        work.display()
+    );
+    mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(options.as_str())).map_err(|source| {
+        MountError {
+            what: "mounting overlay on",
+            path: target.to_owned(),
+            source,
+        }
+    })
+}
+
+/// Bind-mounts `source` on `target` (which must exist).
+pub fn bind(source: &Path, target: &Path) -> Result<(), MountError> {
+    mount(Some(source), target, None::<&str>, MsFlags::MS_BIND, None::<&str>).map_err(|e| MountError {
+        what: "bind-mounting on",
+        path: target.to_owned(),
+        source: e,
+    })
+}
+
+/// Detaches whatever is mounted at `target`; nothing mounted (or no such
+/// path) is success.
+pub fn unmount(target: &Path) -> Result<(), MountError> {
+    match umount2(target, MntFlags::MNT_DETACH) {
+        Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => Ok(()),
+        Err(source) => Err(MountError {
+            what: "unmounting",
+            path: target.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Whether something is mounted exactly at `path` (from mountinfo).
+pub fn is_mounted(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let wanted = path.to_string_lossy();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mp| unescape_mountinfo(mp) == wanted)
+}
+
+/// Mount points under `dir`, deepest first (for teardown after a crash).
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|mp| PathBuf::from(unescape_mountinfo(mp)))
+        .filter(|mp| mp.starts_with(dir))
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    found.dedup();
+    found
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+    }
+}

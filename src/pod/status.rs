@@ -1,0 +1,313 @@
+//! Pod status in the Kubernetes shape (`PodStatus`), computed from what the
+//! pod worker knows of each container, and the one-line summary `kubectl get
+//! pods` prints of it.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+use super::{Pod, RestartPolicy};
+
+/// How a container instance ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Terminated {
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    /// Completed, Error or OOMKilled.
+    pub reason: String,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Timestamp,
+    pub container_id: String,
+}
+
+/// What the worker knows of one container of the pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerView {
+    pub name: String,
+    pub image: String,
+    pub image_id: String,
+    pub container_id: Option<String>,
+    pub restart_count: u32,
+    /// Set while the current instance runs.
+    pub running_since: Option<Timestamp>,
+    /// Set once the current instance has exited.
+    pub terminated: Option<Terminated>,
+    /// The instance before the current one.
+    pub last_terminated: Option<Terminated>,
+    /// Why no instance runs: ContainerCreating, CrashLoopBackOff,
+    /// ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...
+    pub waiting: Option<(String, String)>,
+}
+
+fn time(t: Timestamp) -> Time {
+    Time(t)
+}
+
+fn terminated_state(t: &Terminated, runtime: &str) -> core::ContainerStateTerminated {
+    core::ContainerStateTerminated {
+        exit_code: t.exit_code,
+        signal: t.signal,
+        reason: Some(t.reason.clone()),
+        started_at: t.started_at.map(time),
+        finished_at: Some(time(t.finished_at)),
+        container_id: Some(format!("{runtime}://{}", t.container_id)),
+        message: None,
+    }
+}
+
+/// The status of `pod` from its containers' views.
+pub fn pod_status(
+    pod: &Pod,
+    views: &[ContainerView],
+    runtime: &str,
+    start_time: Timestamp,
+    pod_ips: &[String],
+    terminating: bool,
+) -> core::PodStatus {
+    let statuses: Vec<core::ContainerStatus> = views
+        .iter()
+        .map(|v| {
+            let state = if let Some(since) = v.running_since.filter(|_| v.terminated.is_none()) {
+                core::ContainerState {
+                    running: Some(core::ContainerStateRunning {
+                        started_at: Some(time(since)),
+                    }),
+                    ..Default::default()
+                }
+            } else if let Some((reason, message)) = &v.waiting {
+                core::ContainerState {
+                    waiting: Some(core::ContainerStateWaiting {
+                        reason: Some(reason.clone()),
+                        message: (!message.is_empty()).then(|| message.clone()),
+                    }),
+                    ..Default::default()
+                }
+            } else if let Some(t) = &v.terminated {
+                core::ContainerState {
+                    terminated: Some(terminated_state(t, runtime)),
+                    ..Default::default()
+                }
+            } else {
+                core::ContainerState {
+                    waiting: Some(core::ContainerStateWaiting {
+                        reason: Some("ContainerCreating".into()),
+                        message: None,
+                    }),
+                    ..Default::default()
+                }
+            };
+            let running = state.running.is_some();
+            core::ContainerStatus {
+                name: v.name.clone(),
+                image: v.image.clone(),
+                image_id: v.image_id.clone(),
+                container_id: v
+                    .container_id
+                    .as_ref()
+                    .map(|id| format!("{runtime}://{id}")),
+                restart_count: v.restart_count as i32,
+                // Without readiness probes a running container is ready.
+                ready: running && !terminating,
+                started: Some(running),
+                last_state: v.last_terminated.as_ref().map(|t| core::ContainerState {
+                    terminated: Some(terminated_state(t, runtime)),
+                    ..Default::default()
+                }),
+                state: Some(state),
+                ..Default::default()
+            }
+        })
+        .collect();
+
+    let phase = phase(pod.restart_policy, &statuses);
+    let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
+    let now = time(Timestamp::now());
+    let condition = |type_: &str, ok: bool, reason: Option<&str>| core::PodCondition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.map(Into::into),
+        last_transition_time: Some(now.clone()),
+        ..Default::default()
+    };
+    let not_ready = (!all_ready).then_some(if phase == "Succeeded" || phase == "Failed" {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    });
+    core::PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(vec![
+            condition("PodReadyToStartContainers", true, None),
+            condition("Initialized", true, None),
+            condition("Ready", all_ready, not_ready),
+            condition("ContainersReady", all_ready, not_ready),
+            condition("PodScheduled", true, None),
+        ]),
+        container_statuses: Some(statuses),
+        start_time: Some(time(start_time)),
+        pod_ip: pod_ips.first().cloned(),
+        pod_ips: Some(
+            pod_ips
+                .iter()
+                .map(|ip| core::PodIP { ip: ip.clone() })
+                .collect(),
+        ),
+        qos_class: Some(pod.qos.as_str().into()),
+        ..Default::default()
+    }
+}
+
+/// The pod phase by upstream's rules (`getPhase`): a container that waits
+/// after having run counts as stopped, not pending.
+fn phase(policy: RestartPolicy, statuses: &[core::ContainerStatus]) -> &'static str {
+    let (mut pending, mut running, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in statuses {
+        let state = s.state.as_ref();
+        if state.and_then(|s| s.running.as_ref()).is_some() {
+            running += 1;
+        } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if let Some(last) = s.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+            stopped += 1;
+            if last.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else {
+            pending += 1;
+        }
+    }
+    if pending > 0 {
+        return "Pending";
+    }
+    if running > 0 {
+        return "Running";
+    }
+    if stopped == statuses.len() {
+        return match policy {
+            RestartPolicy::Always => "Running",
+            RestartPolicy::OnFailure if succeeded == stopped => "Succeeded",
+            RestartPolicy::OnFailure => "Running",
+            RestartPolicy::Never if succeeded == stopped => "Succeeded",
+            RestartPolicy::Never => "Failed",
+        };
+    }
+    "Pending"
+}
+
+/// READY, STATUS and RESTARTS as `kubectl get pods` prints them.
+pub fn summary(status: &core::PodStatus, terminating: bool) -> (String, String, u32) {
+    let statuses = status.container_statuses.as_deref().unwrap_or_default();
+    let mut reason = status
+        .reason
+        .clone()
+        .or_else(|| status.phase.clone())
+        .unwrap_or_else(|| "Pending".into());
+    let mut ready = 0;
+    let mut restarts = 0;
+    let mut has_running = false;
+    for s in statuses.iter().rev() {
+        restarts += s.restart_count.max(0) as u32;
+        let state = s.state.as_ref();
+        if let Some(w) = state.and_then(|st| st.waiting.as_ref()).and_then(|w| w.reason.clone()) {
+            reason = w;
+        } else if let Some(t) = state.and_then(|st| st.terminated.as_ref()) {
+            reason = match (&t.reason, t.signal) {
+                (Some(r), _) if !r.is_empty() => r.clone(),
+                (_, Some(sig)) if sig != 0 => format!("Signal:{sig}"),
+                _ => format!("ExitCode:{}", t.exit_code),
+            };
+        } else if state.and_then(|st| st.running.as_ref()).is_some() {
+            has_running = true;
+            if s.ready {
+                ready += 1;
+            }
+        }
+    }
+    if reason == "Completed" && has_running {
+        reason = "Running".into();
+    }
+    if terminating {
+        reason = "Terminating".into();
+    }
+    (format!("{ready}/{}", statuses.len()), reason, restarts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::manifest::{Document, parse};
+
+    fn pod(policy: &str) -> Pod {
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  restartPolicy: {policy}\n  containers: [{{name: a, image: x:1}}, {{name: b, image: x:1}}]\n"
+        );
+        match parse(&text, "f").remove(0) {
+            Document::Pod(p) => *p,
+            Document::Rejected { reason, .. } => panic!("{reason}"),
+        }
+    }
+
+    fn exited(code: i32) -> ContainerView {
+        ContainerView {
+            name: "a".into(),
+            container_id: Some("1".into()),
+            terminated: Some(Terminated {
+                exit_code: code,
+                signal: None,
+                reason: if code == 0 { "Completed" } else { "Error" }.into(),
+                started_at: None,
+                finished_at: Timestamp::now(),
+                container_id: "1".into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn running(name: &str) -> ContainerView {
+        ContainerView {
+            name: name.into(),
+            container_id: Some("2".into()),
+            running_since: Some(Timestamp::now()),
+            ..Default::default()
+        }
+    }
+
+    fn row(p: &Pod, views: &[ContainerView]) -> (String, String, u32) {
+        let s = pod_status(p, views, "runc", Timestamp::now(), &[], false);
+        summary(&s, false)
+    }
+
+    #[test]
+    fn phases_and_rows() {
+        let p = pod("Always");
+        assert_eq!(row(&p, &[running("a"), running("b")]), ("2/2".into(), "Running".into(), 0));
+        let creating = ContainerView {
+            name: "b".into(),
+            ..Default::default()
+        };
+        assert_eq!(row(&p, &[running("a"), creating.clone()]).1, "ContainerCreating");
+        let mut crash = exited(1);
+        crash.restart_count = 3;
+        crash.last_terminated = crash.terminated.take();
+        crash.waiting = Some(("CrashLoopBackOff".into(), "back-off 40s".into()));
+        let s = pod_status(&p, &[crash.clone(), running("b")], "runc", Timestamp::now(), &[], false);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(summary(&s, false), ("1/2".into(), "CrashLoopBackOff".into(), 3));
+
+        let never = pod("Never");
+        let s = pod_status(&never, &[exited(0), exited(0)], "runc", Timestamp::now(), &[], false);
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(summary(&s, false).1, "Completed");
+        let s = pod_status(&never, &[exited(0), exited(2)], "runc", Timestamp::now(), &[], false);
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(summary(&s, false).1, "Error");
+        let on_failure = pod("OnFailure");
+        let s = pod_status(&on_failure, &[exited(0), running("b")], "runc", Timestamp::now(), &[], false);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(summary(&s, true).1, "Terminating");
+    }
+}

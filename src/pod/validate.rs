@@ -1,0 +1,622 @@
+//! From an untrusted Pod document to a [`Pod`]: every field must be one
+//! nanolet implements, and every value one it can honour.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as core;
+use serde_json::Value;
+
+use super::*;
+use crate::quantity;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodError {
+    #[error("{field}: not supported by nanolet yet")]
+    Unsupported { field: String },
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+fn unsupported(field: impl Into<String>) -> PodError {
+    PodError::Unsupported {
+        field: field.into(),
+    }
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> PodError {
+    PodError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The shape of the fields nanolet understands.
+enum Shape {
+    /// Any scalar (its value is checked during conversion).
+    Leaf,
+    /// Any content: typed deserialisation checks it, or nanolet does not act
+    /// on it (status, creationTimestamp).
+    Any,
+    /// A map of strings to strings (labels, annotations, resource lists).
+    StringMap,
+    Object(&'static [(&'static str, Shape)]),
+    ListOf(&'static [(&'static str, Shape)]),
+}
+
+use Shape::*;
+
+const METADATA: &[(&str, Shape)] = &[
+    ("name", Leaf),
+    ("namespace", Leaf),
+    ("uid", Leaf),
+    ("labels", StringMap),
+    ("annotations", StringMap),
+    ("creationTimestamp", Any),
+];
+
+const POD_SECURITY: &[(&str, Shape)] = &[
+    ("runAsUser", Leaf),
+    ("runAsGroup", Leaf),
+    ("runAsNonRoot", Leaf),
+    ("supplementalGroups", Any),
+];
+
+const CONTAINER_SECURITY: &[(&str, Shape)] = &[
+    ("runAsUser", Leaf),
+    ("runAsGroup", Leaf),
+    ("runAsNonRoot", Leaf),
+    ("readOnlyRootFilesystem", Leaf),
+    ("privileged", Leaf),
+    ("allowPrivilegeEscalation", Leaf),
+];
+
+const CONTAINER: &[(&str, Shape)] = &[
+    ("name", Leaf),
+    ("image", Leaf),
+    ("imagePullPolicy", Leaf),
+    ("command", Any),
+    ("args", Any),
+    ("env", ListOf(&[("name", Leaf), ("value", Leaf)])),
+    ("workingDir", Leaf),
+    (
+        "ports",
+        ListOf(&[
+            ("name", Leaf),
+            ("containerPort", Leaf),
+            ("protocol", Leaf),
+            ("hostPort", Leaf),
+        ]),
+    ),
+    (
+        "resources",
+        Object(&[("requests", StringMap), ("limits", StringMap)]),
+    ),
+    ("securityContext", Object(CONTAINER_SECURITY)),
+    ("terminationMessagePath", Leaf),
+    ("terminationMessagePolicy", Leaf),
+    (
+        "volumeMounts",
+        ListOf(&[("name", Leaf), ("mountPath", Leaf), ("readOnly", Leaf)]),
+    ),
+    ("stdin", Leaf),
+    ("tty", Leaf),
+];
+
+const VOLUME: &[(&str, Shape)] = &[
+    ("name", Leaf),
+    ("emptyDir", Object(&[("medium", Leaf), ("sizeLimit", Leaf)])),
+    ("hostPath", Object(&[("path", Leaf), ("type", Leaf)])),
+];
+
+const SPEC: &[(&str, Shape)] = &[
+    ("containers", ListOf(CONTAINER)),
+    ("restartPolicy", Leaf),
+    ("terminationGracePeriodSeconds", Leaf),
+    ("hostNetwork", Leaf),
+    ("hostPID", Leaf),
+    ("hostIPC", Leaf),
+    ("hostname", Leaf),
+    ("nodeName", Leaf),
+    ("dnsPolicy", Leaf),
+    ("schedulerName", Leaf),
+    ("enableServiceLinks", Leaf),
+    ("automountServiceAccountToken", Leaf),
+    ("shareProcessNamespace", Leaf),
+    ("securityContext", Object(POD_SECURITY)),
+    ("volumes", ListOf(VOLUME)),
+];
+
+const POD: &[(&str, Shape)] = &[
+    ("apiVersion", Leaf),
+    ("kind", Leaf),
+    ("metadata", Object(METADATA)),
+    ("spec", Object(SPEC)),
+    ("status", Any),
+];
+
+fn check_shape(value: &Value, path: &str, shape: &Shape) -> Result<(), PodError> {
+    match (shape, value) {
+        (Any, _) | (_, Value::Null) => Ok(()),
+        (Leaf, Value::Object(_) | Value::Array(_)) => Err(invalid(path, "expected a scalar value")),
+        (Leaf, _) => Ok(()),
+        (StringMap, Value::Object(map)) => {
+            for (key, v) in map {
+                if !v.is_string() {
+                    return Err(invalid(format!("{path}.{key}"), "expected a string"));
+                }
+            }
+            Ok(())
+        }
+        (Object(fields), Value::Object(map)) => check_object(map, path, fields),
+        (ListOf(fields), Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let item_path = format!("{path}[{i}]");
+                match item {
+                    Value::Object(map) => check_object(map, &item_path, fields)?,
+                    _ => return Err(invalid(item_path, "expected an object")),
+                }
+            }
+            Ok(())
+        }
+        (StringMap | Object(_), _) => Err(invalid(path, "expected an object")),
+        (ListOf(_), _) => Err(invalid(path, "expected a list")),
+    }
+}
+
+fn check_object(
+    map: &serde_json::Map<String, Value>,
+    path: &str,
+    fields: &[(&str, Shape)],
+) -> Result<(), PodError> {
+    for (key, v) in map {
+        let field = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        match fields.iter().find(|(name, _)| name == key) {
+            Some((_, shape)) => check_shape(v, &field, shape)?,
+            None => return Err(unsupported(field)),
+        }
+    }
+    Ok(())
+}
+
+/// Validates one Pod document from `source`. `uid` is used when the document
+/// has none (static pods get theirs from a hash of file and content).
+pub fn validate(document: &Value, source: &str, uid: &str) -> Result<Pod, PodError> {
+    match document.get("apiVersion").and_then(Value::as_str) {
+        Some("v1") => {}
+        other => return Err(invalid("apiVersion", format!("{other:?} is not \"v1\""))),
+    }
+    match document.get("kind").and_then(Value::as_str) {
+        Some("Pod") => {}
+        other => return Err(invalid("kind", format!("{other:?} is not \"Pod\""))),
+    }
+    let Value::Object(map) = document else {
+        return Err(invalid("", "a Pod must be an object"));
+    };
+    check_object(map, "", POD)?;
+    let manifest: core::Pod =
+        serde_json::from_value(document.clone()).map_err(|e| invalid("", e.to_string()))?;
+    convert(manifest, source, uid)
+}
+
+fn dns_label(field: &str, value: &str, max: usize) -> Result<(), PodError> {
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !value.starts_with(['-', '.'])
+        && !value.ends_with(['-', '.']);
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!("{value:?} must be lower-case alphanumerics, '-' or '.', at most {max} characters"),
+        ))
+    }
+}
+
+fn id_from(field: &str, value: Option<i64>) -> Result<Option<u32>, PodError> {
+    value
+        .map(|v| u32::try_from(v).map_err(|_| invalid(field, format!("{v} is not a valid id"))))
+        .transpose()
+}
+
+fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, PodError> {
+    let meta = &manifest.metadata;
+    let name = meta.name.clone().ok_or_else(|| invalid("metadata.name", "required"))?;
+    dns_label("metadata.name", &name, 253)?;
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    dns_label("metadata.namespace", &namespace, 63)?;
+    let uid = meta.uid.clone().unwrap_or_else(|| default_uid.to_owned());
+    if uid.is_empty() || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return Err(invalid("metadata.uid", format!("{uid:?} is not a valid UID")));
+    }
+    let spec = manifest
+        .spec
+        .as_ref()
+        .ok_or_else(|| invalid("spec", "required"))?;
+
+    let restart_policy = match spec.restart_policy.as_deref() {
+        None | Some("Always") => RestartPolicy::Always,
+        Some("OnFailure") => RestartPolicy::OnFailure,
+        Some("Never") => RestartPolicy::Never,
+        Some(other) => return Err(invalid("spec.restartPolicy", format!("unknown value {other:?}"))),
+    };
+    let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+    if grace < 0 {
+        return Err(invalid("spec.terminationGracePeriodSeconds", "must not be negative"));
+    }
+    if spec.share_process_namespace == Some(true) {
+        return Err(unsupported("spec.shareProcessNamespace=true"));
+    }
+    let host_network = spec.host_network.unwrap_or(false);
+    match spec.dns_policy.as_deref() {
+        // Standalone there is no cluster DNS; upstream then falls back to the
+        // host's resolver configuration, which is what Default means.
+        None | Some("ClusterFirst") | Some("Default") | Some("ClusterFirstWithHostNet") => {}
+        Some("None") => return Err(unsupported("spec.dnsPolicy=None")),
+        Some(other) => return Err(invalid("spec.dnsPolicy", format!("unknown value {other:?}"))),
+    }
+    let hostname = spec.hostname.clone().unwrap_or_else(|| name.clone());
+    // Linux host names are at most 64 bytes; upstream truncates the pod name
+    // to 63 characters.
+    let hostname: String = hostname.chars().take(63).collect::<String>();
+    let hostname = hostname.trim_end_matches(['-', '.']).to_owned();
+    dns_label("spec.hostname", &hostname, 63)?;
+
+    let security = spec.security_context.as_ref();
+    let run_as_user = id_from(
+        "spec.securityContext.runAsUser",
+        security.and_then(|s| s.run_as_user),
+    )?;
+    let run_as_group = id_from(
+        "spec.securityContext.runAsGroup",
+        security.and_then(|s| s.run_as_group),
+    )?;
+    let supplemental_groups = security
+        .and_then(|s| s.supplemental_groups.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|g| id_from("spec.securityContext.supplementalGroups", Some(g)).map(|g| g.unwrap_or(0)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let run_as_non_root = security.and_then(|s| s.run_as_non_root).unwrap_or(false);
+
+    let volumes = convert_volumes(spec.volumes.as_deref().unwrap_or_default())?;
+
+    if spec.containers.is_empty() {
+        return Err(invalid("spec.containers", "at least one container is required"));
+    }
+    let mut containers = Vec::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        let field = format!("spec.containers[{i}]");
+        let container = convert_container(c, &field, host_network, &volumes)?;
+        if containers.iter().any(|other: &Container| other.name == container.name) {
+            return Err(invalid(format!("{field}.name"), format!("duplicate name {:?}", container.name)));
+        }
+        containers.push(container);
+    }
+    let qos = qos_class(&containers);
+    Ok(Pod {
+        uid,
+        namespace,
+        name,
+        source: source.to_owned(),
+        restart_policy,
+        termination_grace: Duration::from_secs(grace as u64),
+        host_network,
+        host_pid: spec.host_pid.unwrap_or(false),
+        host_ipc: spec.host_ipc.unwrap_or(false),
+        hostname,
+        run_as_user,
+        run_as_group,
+        run_as_non_root,
+        supplemental_groups,
+        volumes,
+        containers,
+        qos,
+        manifest,
+    })
+}
+
+fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
+    let mut out: Vec<Volume> = Vec::new();
+    for (i, v) in volumes.iter().enumerate() {
+        let field = format!("spec.volumes[{i}]");
+        dns_label(&format!("{field}.name"), &v.name, 63)?;
+        if out.iter().any(|o| o.name == v.name) {
+            return Err(invalid(format!("{field}.name"), format!("duplicate name {:?}", v.name)));
+        }
+        let source = match (&v.empty_dir, &v.host_path) {
+            (Some(empty), None) => {
+                if empty.medium.as_deref().is_some_and(|m| !m.is_empty()) {
+                    return Err(unsupported(format!("{field}.emptyDir.medium")));
+                }
+                if empty.size_limit.is_some() {
+                    return Err(unsupported(format!("{field}.emptyDir.sizeLimit")));
+                }
+                VolumeSource::EmptyDir
+            }
+            (None, Some(host)) => {
+                if !host.path.starts_with('/') {
+                    return Err(invalid(format!("{field}.hostPath.path"), "must be absolute"));
+                }
+                let kind = match host.type_.as_deref() {
+                    None | Some("") => HostPathKind::Unchecked,
+                    Some("Directory") => HostPathKind::Directory,
+                    Some("DirectoryOrCreate") => HostPathKind::DirectoryOrCreate,
+                    Some("File") => HostPathKind::File,
+                    Some("FileOrCreate") => HostPathKind::FileOrCreate,
+                    Some(other) => {
+                        return Err(unsupported(format!("{field}.hostPath.type={other}")));
+                    }
+                };
+                VolumeSource::HostPath {
+                    path: host.path.clone(),
+                    kind,
+                }
+            }
+            _ => return Err(invalid(&field, "exactly one of emptyDir or hostPath is required")),
+        };
+        out.push(Volume {
+            name: v.name.clone(),
+            source,
+        });
+    }
+    Ok(out)
+}
+
+fn resource(
+    list: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    field: &str,
+    name: &str,
+) -> Result<Option<u128>, PodError> {
+    let Some(list) = list else { return Ok(None) };
+    for key in list.keys() {
+        if key != "cpu" && key != "memory" {
+            return Err(unsupported(format!("{field}.{key}")));
+        }
+    }
+    list.get(name)
+        .map(|q| quantity::parse_milli(&q.0).map_err(|e| invalid(format!("{field}.{name}"), e.to_string())))
+        .transpose()
+}
+
+fn convert_container(
+    c: &core::Container,
+    field: &str,
+    host_network: bool,
+    volumes: &[Volume],
+) -> Result<Container, PodError> {
+    dns_label(&format!("{field}.name"), &c.name, 63)?;
+    let image = c
+        .image
+        .clone()
+        .filter(|i| !i.trim().is_empty())
+        .ok_or_else(|| invalid(format!("{field}.image"), "required"))?;
+    let pull_policy = match c.image_pull_policy.as_deref() {
+        Some("Always") => PullPolicy::Always,
+        Some("IfNotPresent") => PullPolicy::IfNotPresent,
+        Some("Never") => PullPolicy::Never,
+        None => default_pull_policy(&image),
+        Some(other) => {
+            return Err(invalid(format!("{field}.imagePullPolicy"), format!("unknown value {other:?}")));
+        }
+    };
+    if c.stdin == Some(true) {
+        return Err(unsupported(format!("{field}.stdin=true")));
+    }
+    if c.tty == Some(true) {
+        return Err(unsupported(format!("{field}.tty=true")));
+    }
+    match c.termination_message_policy.as_deref() {
+        None | Some("File") => {}
+        Some(other) => return Err(unsupported(format!("{field}.terminationMessagePolicy={other}"))),
+    }
+    for (i, port) in c.ports.iter().flatten().enumerate() {
+        if !(1..=65535).contains(&port.container_port) {
+            return Err(invalid(format!("{field}.ports[{i}].containerPort"), "must be 1-65535"));
+        }
+        if let Some(host_port) = port.host_port
+            && !(host_network && host_port == port.container_port)
+        {
+            return Err(unsupported(format!(
+                "{field}.ports[{i}].hostPort (port mapping comes with CNI)"
+            )));
+        }
+    }
+    let mut env = Vec::new();
+    for (i, e) in c.env.iter().flatten().enumerate() {
+        if e.name.is_empty() || e.name.contains('=') {
+            return Err(invalid(format!("{field}.env[{i}].name"), format!("{:?} is not a valid name", e.name)));
+        }
+        env.push((e.name.clone(), e.value.clone().unwrap_or_default()));
+    }
+    let security = c.security_context.as_ref();
+    if security.and_then(|s| s.privileged) == Some(true) {
+        return Err(unsupported(format!("{field}.securityContext.privileged=true")));
+    }
+    let resources = c.resources.as_ref();
+    let rfield = format!("{field}.resources");
+    let requests = resources.and_then(|r| r.requests.as_ref());
+    let limits = resources.and_then(|r| r.limits.as_ref());
+    let to_u64 = |v: Option<u128>, div: u128| v.map(|v| u64::try_from(v.div_ceil(div)).unwrap_or(u64::MAX));
+    let cpu_limit = to_u64(resource(limits, &format!("{rfield}.limits"), "cpu")?, 1);
+    let memory_limit = to_u64(resource(limits, &format!("{rfield}.limits"), "memory")?, 1000);
+    // As the API server defaults them: a limit without a request is also the request.
+    let cpu_request = to_u64(resource(requests, &format!("{rfield}.requests"), "cpu")?, 1).or(cpu_limit);
+    let memory_request =
+        to_u64(resource(requests, &format!("{rfield}.requests"), "memory")?, 1000).or(memory_limit);
+    if let (Some(r), Some(l)) = (memory_request, memory_limit)
+        && r > l
+    {
+        return Err(invalid(format!("{rfield}.requests.memory"), "must not exceed the limit"));
+    }
+    if let (Some(r), Some(l)) = (cpu_request, cpu_limit)
+        && r > l
+    {
+        return Err(invalid(format!("{rfield}.requests.cpu"), "must not exceed the limit"));
+    }
+    let mut mounts = Vec::new();
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let mfield = format!("{field}.volumeMounts[{i}]");
+        if !volumes.iter().any(|v| v.name == m.name) {
+            return Err(invalid(format!("{mfield}.name"), format!("no volume named {:?}", m.name)));
+        }
+        if !m.mount_path.starts_with('/') || m.mount_path.split('/').any(|p| p == "..") {
+            return Err(invalid(format!("{mfield}.mountPath"), "must be absolute and without '..'"));
+        }
+        mounts.push(VolumeMount {
+            volume: m.name.clone(),
+            path: m.mount_path.clone(),
+            read_only: m.read_only.unwrap_or(false),
+        });
+    }
+    Ok(Container {
+        name: c.name.clone(),
+        image,
+        pull_policy,
+        command: c.command.clone().unwrap_or_default(),
+        args: c.args.clone().unwrap_or_default(),
+        env,
+        working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
+        run_as_user: id_from(&format!("{field}.securityContext.runAsUser"), security.and_then(|s| s.run_as_user))?,
+        run_as_group: id_from(
+            &format!("{field}.securityContext.runAsGroup"),
+            security.and_then(|s| s.run_as_group),
+        )?,
+        run_as_non_root: security.and_then(|s| s.run_as_non_root).unwrap_or(false),
+        read_only_root: security.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+        no_new_privileges: security.and_then(|s| s.allow_privilege_escalation) == Some(false),
+        resources: Resources {
+            cpu_request_milli: cpu_request,
+            cpu_limit_milli: cpu_limit,
+            memory_request,
+            memory_limit,
+        },
+        mounts,
+    })
+}
+
+/// Upstream's default: Always for `:latest` or no tag, else IfNotPresent.
+pub fn default_pull_policy(image: &str) -> PullPolicy {
+    if image.contains('@') {
+        return PullPolicy::IfNotPresent;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, "latest")) | None => PullPolicy::Always,
+        Some(_) => PullPolicy::IfNotPresent,
+    }
+}
+
+/// The pod's QoS class by the upstream rules.
+fn qos_class(containers: &[Container]) -> QosClass {
+    let r = |c: &Container| c.resources.clone();
+    let any_set = containers.iter().any(|c| {
+        let r = r(c);
+        r.cpu_request_milli.is_some() || r.memory_request.is_some() || r.cpu_limit_milli.is_some() || r.memory_limit.is_some()
+    });
+    if !any_set {
+        return QosClass::BestEffort;
+    }
+    let guaranteed = containers.iter().all(|c| {
+        let r = r(c);
+        r.cpu_limit_milli.is_some()
+            && r.memory_limit.is_some()
+            && r.cpu_request_milli == r.cpu_limit_milli
+            && r.memory_request == r.memory_limit
+    });
+    if guaranteed { QosClass::Guaranteed } else { QosClass::Burstable }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}, "spec": spec})
+    }
+
+    #[test]
+    fn minimal_pod_gets_defaults() {
+        let p = validate(&pod(json!({"containers": [{"name": "c", "image": "busybox"}]})), "f", "u1").unwrap();
+        assert_eq!(p.namespace, "default");
+        assert_eq!(p.uid, "u1");
+        assert_eq!(p.restart_policy, RestartPolicy::Always);
+        assert_eq!(p.termination_grace, Duration::from_secs(30));
+        assert_eq!(p.hostname, "web");
+        assert_eq!(p.containers[0].pull_policy, PullPolicy::Always);
+        assert_eq!(p.qos, QosClass::BestEffort);
+    }
+
+    #[test]
+    fn unsupported_field_is_named() {
+        let err = validate(
+            &pod(json!({"containers": [{"name": "c", "image": "b", "livenessProbe": {}}]})),
+            "f",
+            "u",
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), "spec.containers[0].livenessProbe: not supported by nanolet yet");
+        let err = validate(&pod(json!({"containers": [], "initContainers": []})), "f", "u").unwrap_err();
+        assert!(err.to_string().starts_with("spec.initContainers"), "{err}");
+    }
+
+    #[test]
+    fn missing_required_fields() {
+        let err = validate(&pod(json!({"containers": [{"name": "c"}]})), "f", "u").unwrap_err();
+        assert_eq!(err.to_string(), "spec.containers[0].image: required");
+        let err = validate(&json!({"apiVersion": "v1", "kind": "Pod", "spec": {}}), "f", "u").unwrap_err();
+        assert!(err.to_string().contains("metadata.name"), "{err}");
+        let err = validate(&json!({"apiVersion": "v1", "kind": "Service"}), "f", "u").unwrap_err();
+        assert!(err.to_string().contains("kind"), "{err}");
+    }
+
+    #[test]
+    fn values_nanolet_cannot_honour_are_refused() {
+        let c = |extra: Value| {
+            let mut c = json!({"name": "c", "image": "b:1"});
+            c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            validate(&pod(json!({"containers": [c]})), "f", "u")
+        };
+        assert!(c(json!({"securityContext": {"privileged": true}})).is_err());
+        assert!(c(json!({"tty": true})).is_err());
+        assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 8080}]})).is_err());
+        assert!(c(json!({"resources": {"limits": {"nvidia.com/gpu": "1"}}})).is_err());
+        assert!(c(json!({"resources": {"limits": {"memory": "lots"}}})).is_err());
+        assert!(c(json!({"volumeMounts": [{"name": "x", "mountPath": "/x"}]})).is_err());
+        assert!(validate(&pod(json!({"containers": [{"name": "c", "image": "b"}], "shareProcessNamespace": true})), "f", "u").is_err());
+    }
+
+    #[test]
+    fn resources_and_qos() {
+        let p = validate(
+            &pod(json!({"containers": [{"name": "c", "image": "b:1",
+                "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}]})),
+            "f",
+            "u",
+        )
+        .unwrap();
+        let r = &p.containers[0].resources;
+        assert_eq!(r.cpu_limit_milli, Some(500));
+        assert_eq!(r.cpu_request_milli, Some(500));
+        assert_eq!(r.memory_limit, Some(64 << 20));
+        assert_eq!(p.qos, QosClass::Guaranteed);
+        assert_eq!(p.containers[0].pull_policy, PullPolicy::IfNotPresent);
+    }
+
+    #[test]
+    fn pull_policy_defaults() {
+        assert_eq!(default_pull_policy("busybox"), PullPolicy::Always);
+        assert_eq!(default_pull_policy("busybox:latest"), PullPolicy::Always);
+        assert_eq!(default_pull_policy("localhost:5000/busybox"), PullPolicy::Always);
+        assert_eq!(default_pull_policy("localhost:5000/busybox:1"), PullPolicy::IfNotPresent);
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), PullPolicy::IfNotPresent);
+    }
+}

@@ -1,0 +1,187 @@
+//! The on-disk state directory: its layout and crash-safe writes.
+//!
+//! Everything the agent must find again after `kill -9` or a reboot lives
+//! here. Files are replaced atomically (temp file, fsync, rename, fsync of the
+//! directory), so a reader sees either the old or the new content, never a
+//! torn one.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: invalid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Paths inside the state directory. One place names them so that the agent,
+/// the monitor and the read-only CLI commands agree.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub root: PathBuf,
+}
+
+impl Layout {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Layout { root: root.into() }
+    }
+    pub fn pods(&self) -> PathBuf {
+        self.root.join("pods")
+    }
+    pub fn pod(&self, uid: &str) -> PathBuf {
+        self.pods().join(uid)
+    }
+    pub fn images(&self) -> PathBuf {
+        self.root.join("images")
+    }
+    pub fn runtime_root(&self) -> PathBuf {
+        self.root.join("runtime")
+    }
+    /// Manifests that could not be admitted, for `nanolet pods`.
+    pub fn rejected_manifests(&self) -> PathBuf {
+        self.root.join("rejected-manifests.json")
+    }
+    pub fn agent_pid(&self) -> PathBuf {
+        self.root.join("agent.pid")
+    }
+}
+
+/// Writes `data` to `path` so that a crash leaves either the old or the new
+/// file. `mode` applies to the new file.
+pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), StateError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let result = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(io_err(&tmp))?;
+        file.write_all(data).map_err(io_err(&tmp))?;
+        file.sync_all().map_err(io_err(&tmp))?;
+        fs::rename(&tmp, path).map_err(io_err(path))?;
+        // The rename is durable only once the directory entry is.
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(dir))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+pub fn write_json<T: Serialize>(path: &Path, value: &T, mode: u32) -> Result<(), StateError> {
+    let data = serde_json::to_vec_pretty(value).map_err(|source| StateError::Json {
+        path: path.to_owned(),
+        source,
+    })?;
+    write_atomic(path, &data, mode)
+}
+
+/// Reads a JSON file; `Ok(None)` when it does not exist.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StateError> {
+    match fs::read(path) {
+        Ok(data) => serde_json::from_slice(&data)
+            .map(Some)
+            .map_err(|source| StateError::Json {
+                path: path.to_owned(),
+                source,
+            }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(path)(e)),
+    }
+}
+
+pub fn create_dir_all(path: &Path, mode: u32) -> Result<(), StateError> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .map_err(io_err(path))
+}
+
+/// Removes a directory tree; a missing one is not an error (teardown must be
+/// idempotent, it may run again after a crash).
+pub fn remove_tree(path: &Path) -> Result<(), StateError> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err(path)(e)),
+    }
+}
+
+/// 128 random bits as hex, for container IDs and temp names.
+pub fn random_hex() -> String {
+    let mut buf = [0u8; 16];
+    // getrandom(2) on Linux does not fail for 16 bytes once the pool is
+    // initialised; fall back to time and pid if it ever does.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != buf.len() as isize {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+            ^ u128::from(std::process::id());
+        buf = seed.to_le_bytes();
+    }
+    hex(&buf)
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp() {
+        let dir = std::env::temp_dir().join(format!("nanolet-state-{}", random_hex()));
+        create_dir_all(&dir, 0o700).unwrap();
+        let file = dir.join("x.json");
+        write_json(&file, &vec![1, 2], 0o600).unwrap();
+        write_json(&file, &vec![3], 0o600).unwrap();
+        let back: Option<Vec<i32>> = read_json(&file).unwrap();
+        assert_eq!(back, Some(vec![3]));
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
+        assert!(read_json::<Vec<i32>>(&dir.join("missing")).unwrap().is_none());
+        remove_tree(&dir).unwrap();
+        remove_tree(&dir).unwrap();
+    }
+
+    #[test]
+    fn random_hex_is_unique() {
+        assert_ne!(random_hex(), random_hex());
+        assert_eq!(random_hex().len(), 32);
+    }
+}
