@@ -302,7 +302,7 @@ mod tests {
         let s = pod_status(&never, &[exited(0), exited(0)], "runc", Timestamp::now(), &[], false);
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
         assert_eq!(summary(&s, false).1, "Completed");
-        let s = pod_status(&never, &[exited(0), exited(2)], "runc", Timestamp::now(), &[], false);
+        let s = pod_status(&never, &[exited(2), exited(0)], "runc", Timestamp::now(), &[], false);
         assert_eq!(s.phase.as_deref(), Some("Failed"));
         assert_eq!(summary(&s, false).1, "Error");
         let on_failure = pod("OnFailure");

@@ -1,0 +1,161 @@
+//! Cgroup paths of pods and containers (upstream's hierarchy: `kubepods`,
+//! then `burstable`/`besteffort` by QoS, then `pod<uid>`), and their removal.
+//! The OCI runtime creates a container's cgroup from the spec's
+//! `cgroupsPath`; the directories above it are nanolet's to remove.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::pod::QosClass;
+
+#[derive(Debug, thiserror::Error)]
+#[error("cgroup {path}: {source}")]
+pub struct CgroupError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    /// cgroup v1 controllers with a cgroup2 tree beside them.
+    Hybrid,
+    V2,
+}
+
+/// Which cgroup layout this host has.
+pub fn detect() -> Version {
+    let v2_root = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let unified = Path::new("/sys/fs/cgroup/unified/cgroup.controllers").exists();
+    match (v2_root, unified) {
+        (true, _) => Version::V2,
+        (false, true) => Version::Hybrid,
+        _ => Version::V1,
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Hierarchy {
+    /// The configured cgroupRoot, without trailing slash ("" for "/").
+    root: String,
+}
+
+impl Hierarchy {
+    pub fn new(cgroup_root: &str) -> Self {
+        Hierarchy {
+            root: cgroup_root.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    /// `/<root>/kubepods[/<qos>]/pod<uid>`, as an absolute cgroup path.
+    pub fn pod_path(&self, qos: QosClass, uid: &str) -> String {
+        let qos_dir = match qos {
+            QosClass::Guaranteed => "",
+            QosClass::Burstable => "/burstable",
+            QosClass::BestEffort => "/besteffort",
+        };
+        format!("{}/kubepods{qos_dir}/pod{uid}", self.root)
+    }
+
+    pub fn container_path(&self, qos: QosClass, uid: &str, container_id: &str) -> String {
+        format!("{}/{container_id}", self.pod_path(qos, uid))
+    }
+
+    /// Removes a pod's cgroup directories in every mounted hierarchy. The
+    /// runtime removed the containers' own; what remains must be empty. A
+    /// pod cgroup that is already gone is fine.
+    pub fn remove_pod(&self, qos: QosClass, uid: &str) -> Result<(), CgroupError> {
+        let path = self.pod_path(qos, uid);
+        for mount in cgroup_mounts() {
+            let dir = mount.join(path.trim_start_matches('/'));
+            remove_tree(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the whole `kubepods` tree under the root if it is empty: for
+    /// tests, which must leave no cgroup behind.
+    #[allow(dead_code)]
+    pub fn remove_all(&self) -> Result<(), CgroupError> {
+        let path = format!("{}/kubepods", self.root);
+        for mount in cgroup_mounts() {
+            remove_tree(&mount.join(path.trim_start_matches('/')))?;
+            if !self.root.is_empty() {
+                remove_tree(&mount.join(self.root.trim_start_matches('/')))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Mount points of cgroup hierarchies (v1 controllers and cgroup2).
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split(' ').next()?;
+            let mount_point = left.split(' ').nth(4)?;
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mount_point))
+        })
+        .collect()
+}
+
+/// rmdir of a cgroup tree, deepest first (cgroup dirs hold only virtual
+/// files, which rmdir removes with the directory).
+fn remove_tree(dir: &Path) -> Result<(), CgroupError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(CgroupError {
+                path: dir.to_owned(),
+                source,
+            });
+        }
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&entry.path())?;
+        }
+    }
+    match fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(CgroupError {
+            path: dir.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Total memory of the node, for Burstable oom_score_adj.
+pub fn memory_capacity() -> u64 {
+    fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_upstream_hierarchy() {
+        let h = Hierarchy::new("/");
+        assert_eq!(h.pod_path(QosClass::Guaranteed, "u"), "/kubepods/podu");
+        assert_eq!(h.pod_path(QosClass::BestEffort, "u"), "/kubepods/besteffort/podu");
+        let h = Hierarchy::new("/nanolet-test/");
+        assert_eq!(h.container_path(QosClass::Burstable, "u", "c"), "/nanolet-test/kubepods/burstable/podu/c");
+    }
+}

@@ -1,0 +1,386 @@
+//! The per-pod monitor: a small process, separate from the agent, that owns
+//! the pod's containers' stdio and exit statuses so that both survive an
+//! agent restart. It runs `<runtime> create` itself (the containers inherit
+//! its pipes), is their child subreaper (so it reaps them and learns their
+//! exit codes), writes CRI logs, records exits to files and tells connected
+//! agents about them. No async runtime, no TLS: one poll(2) loop.
+
+pub mod log;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use jiff::Timestamp;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid, fork, pipe2, setsid};
+
+use self::log::{LineSplitter, LogWriter};
+use crate::runtime::protocol::{EXITS_DIR, Exit, Message, Request, SOCKET};
+use crate::runtime::runc::Runtime;
+
+pub struct Args {
+    pub pod_dir: PathBuf,
+    pub runtime_path: PathBuf,
+    pub runtime_root: PathBuf,
+    pub max_log_size: u64,
+    pub max_log_files: u32,
+}
+
+struct Pipe {
+    fd: OwnedFd,
+    container: String,
+    stream: &'static str,
+    splitter: LineSplitter,
+}
+
+struct Client {
+    stream: UnixStream,
+    buffer: Vec<u8>,
+}
+
+struct Monitor {
+    args: Args,
+    /// Container init pid → container id.
+    containers: HashMap<i32, String>,
+    logs: HashMap<String, LogWriter>,
+    pipes: Vec<Pipe>,
+    clients: Vec<Client>,
+    shutting_down: bool,
+}
+
+/// Entry point of `nanolet monitor`. Returns once the monitor is running in
+/// the background: the process the agent started exits 0 as soon as the
+/// socket accepts connections.
+pub fn start(args: Args) -> io::Result<()> {
+    let socket = args.pod_dir.join(SOCKET);
+    let _ = fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket)?;
+    listener.set_nonblocking(true)?;
+    fs::create_dir_all(args.pod_dir.join(EXITS_DIR))?;
+    // Safety: the monitor is single-threaded at this point.
+    match unsafe { fork() }.map_err(io::Error::from)? {
+        ForkResult::Parent { .. } => std::process::exit(0),
+        ForkResult::Child => {}
+    }
+    setsid().map_err(io::Error::from)?;
+    // Orphaned container processes are reparented to us, not to init.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    redirect_stdio(&args.pod_dir.join("monitor.log"))?;
+    fs::write(args.pod_dir.join("monitor.pid"), std::process::id().to_string())?;
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    mask.thread_block().map_err(io::Error::from)?;
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(io::Error::from)?;
+    let mut monitor = Monitor {
+        args,
+        containers: HashMap::new(),
+        logs: HashMap::new(),
+        pipes: Vec::new(),
+        clients: Vec::new(),
+        shutting_down: false,
+    };
+    let result = monitor.run(&listener, &signals);
+    let _ = fs::remove_file(&socket);
+    let _ = fs::remove_file(monitor.args.pod_dir.join("monitor.pid"));
+    if let Err(e) = &result {
+        eprintln!("monitor: {e}");
+    }
+    std::process::exit(if result.is_ok() { 0 } else { 1 });
+}
+
+fn redirect_stdio(log: &Path) -> io::Result<()> {
+    let null = fs::File::open("/dev/null")?;
+    let err = fs::OpenOptions::new().create(true).append(true).open(log)?;
+    nix::unistd::dup2_stdin(&null).map_err(io::Error::from)?;
+    nix::unistd::dup2_stdout(&err).map_err(io::Error::from)?;
+    nix::unistd::dup2_stderr(&err).map_err(io::Error::from)?;
+    Ok(())
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    let flags = fcntl(fd, FcntlArg::F_GETFL).map_err(io::Error::from)?;
+    fcntl(fd, FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK))
+        .map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// Reads what is available without blocking; `Ok(None)` at end of file.
+fn read_available(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    match nix::unistd::read(fd, buf) {
+        Ok(0) => Ok(None),
+        Ok(n) => Ok(Some(n)),
+        Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => Ok(Some(0)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Monitor {
+    fn run(&mut self, listener: &UnixListener, signals: &SignalFd) -> io::Result<()> {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            if self.shutting_down && self.containers.is_empty() {
+                return Ok(());
+            }
+            let revents: Vec<PollFlags> = {
+                let mut fds = vec![
+                    PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+                ];
+                fds.extend(self.clients.iter().map(|c| PollFd::new(c.stream.as_fd(), PollFlags::POLLIN)));
+                fds.extend(self.pipes.iter().map(|p| PollFd::new(p.fd.as_fd(), PollFlags::POLLIN)));
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) => {}
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+                fds.iter().map(|f| f.revents().unwrap_or(PollFlags::empty())).collect()
+            };
+            let ready = |f: &PollFlags| !f.is_empty();
+            let client_count = self.clients.len();
+            // Pipes first, so that a container's last output is logged
+            // before its exit is announced.
+            for i in (0..self.pipes.len()).rev() {
+                if ready(&revents[2 + client_count + i]) {
+                    self.drain_pipe(i, &mut buf)?;
+                }
+            }
+            for i in (0..client_count).rev() {
+                if ready(&revents[2 + i]) {
+                    self.serve_client(i, &mut buf);
+                }
+            }
+            if ready(&revents[1]) {
+                while let Ok((stream, _)) = listener.accept() {
+                    if stream.set_nonblocking(true).is_ok() {
+                        self.clients.push(Client {
+                            stream,
+                            buffer: Vec::new(),
+                        });
+                    }
+                }
+            }
+            if ready(&revents[0]) {
+                while let Ok(Some(_)) = signals.read_signal() {}
+                self.reap(&mut buf)?;
+            }
+        }
+    }
+
+    /// Logs what a pipe holds; closes it at end of file.
+    fn drain_pipe(&mut self, index: usize, buf: &mut [u8]) -> io::Result<()> {
+        loop {
+            let pipe = &mut self.pipes[index];
+            let read = read_available(&pipe.fd, buf)?;
+            let mut writer = self.logs.get_mut(&pipe.container);
+            let stream = pipe.stream;
+            let mut emit = |partial: bool, text: &[u8]| match writer {
+                Some(ref mut w) => w.record(stream, partial, text),
+                None => Ok(()),
+            };
+            match read {
+                Some(0) => return Ok(()),
+                Some(n) => {
+                    if let Err(e) = pipe.splitter.feed(&buf[..n], &mut emit) {
+                        eprintln!("monitor: writing log of {}: {e}", pipe.container);
+                    }
+                }
+                None => {
+                    let _ = pipe.splitter.finish(&mut emit);
+                    let container = pipe.container.clone();
+                    self.pipes.swap_remove(index);
+                    if !self.pipes.iter().any(|p| p.container == container) {
+                        self.logs.remove(&container);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn serve_client(&mut self, index: usize, buf: &mut [u8]) {
+        let mut closed = false;
+        loop {
+            match self.clients[index].stream.read(buf) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => self.clients[index].buffer.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        while let Some(pos) = self.clients[index].buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.clients[index].buffer.drain(..=pos).collect();
+            let reply = match serde_json::from_slice::<Request>(&line) {
+                Ok(request) => self.handle(request),
+                Err(e) => Message::Reply {
+                    ok: false,
+                    error: format!("bad request: {e}"),
+                    pid: None,
+                },
+            };
+            if send(&mut self.clients[index].stream, &reply).is_err() {
+                closed = true;
+                break;
+            }
+        }
+        if closed || self.clients[index].buffer.len() > 1 << 20 {
+            self.clients.swap_remove(index);
+        }
+    }
+
+    fn handle(&mut self, request: Request) -> Message {
+        let reply = |result: io::Result<Option<i32>>| match result {
+            Ok(pid) => Message::Reply {
+                ok: true,
+                error: String::new(),
+                pid,
+            },
+            Err(e) => Message::Reply {
+                ok: false,
+                error: e.to_string(),
+                pid: None,
+            },
+        };
+        match request {
+            Request::Ping => reply(Ok(None)),
+            Request::Shutdown => {
+                self.shutting_down = true;
+                reply(Ok(None))
+            }
+            Request::Create { id, bundle, log_path } => reply(self.create(&id, &bundle, &log_path).map(Some)),
+        }
+    }
+
+    /// Runs `<runtime> create` with fresh pipes as the container's stdout
+    /// and stderr, and starts logging them.
+    fn create(&mut self, id: &str, bundle: &Path, log_path: &Path) -> io::Result<i32> {
+        let writer = LogWriter::open(log_path, self.args.max_log_size, self.args.max_log_files)?;
+        let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        let pid_file = bundle.join("init.pid");
+        let _ = fs::remove_file(&pid_file);
+        let status = {
+            let mut command = Command::new(&self.args.runtime_path);
+            command
+                .args(Runtime::create_args(&self.args.runtime_root, bundle, id, &pid_file))
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(out_w))
+                .stderr(Stdio::from(err_w));
+            let mut child = command.spawn()?;
+            // Our copies of the write ends must close, or end of file never
+            // comes: dropping the command closes them.
+            drop(command);
+            child.wait()?
+        };
+        set_nonblocking(&out_r)?;
+        set_nonblocking(&err_r)?;
+        if !status.success() {
+            // Before the container runs, its stderr is the runtime's.
+            let mut message = Vec::new();
+            let mut chunk = [0u8; 4096];
+            for fd in [&err_r, &out_r] {
+                while let Ok(Some(n)) = read_available(fd, &mut chunk) {
+                    if n == 0 || message.len() > 8192 {
+                        break;
+                    }
+                    message.extend_from_slice(&chunk[..n]);
+                }
+            }
+            let text = String::from_utf8_lossy(&message).trim().to_owned();
+            return Err(io::Error::other(if text.is_empty() { format!("create failed: {status}") } else { text }));
+        }
+        let pid: i32 = fs::read_to_string(&pid_file)?
+            .trim()
+            .parse()
+            .map_err(|_| io::Error::other(format!("{}: not a pid", pid_file.display())))?;
+        self.containers.insert(pid, id.to_owned());
+        self.logs.insert(id.to_owned(), writer);
+        for (fd, stream) in [(out_r, "stdout"), (err_r, "stderr")] {
+            self.pipes.push(Pipe {
+                fd,
+                container: id.to_owned(),
+                stream,
+                splitter: LineSplitter::default(),
+            });
+        }
+        Ok(pid)
+    }
+
+    /// Reaps every exited child; a container's exit is logged, recorded to
+    /// a file and announced.
+    fn reap(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        loop {
+            let (pid, exit_code, signal) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid, code, None),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, 128 + sig as i32, Some(sig as i32)),
+                Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => return Ok(()),
+                Ok(_) => continue,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let Some(id) = self.containers.remove(&pid.as_raw()) else {
+                continue;
+            };
+            for i in (0..self.pipes.len()).rev() {
+                if self.pipes[i].container == id {
+                    self.drain_pipe(i, buf)?;
+                }
+            }
+            let exit = Exit {
+                id: id.clone(),
+                pid: pid.as_raw(),
+                exit_code,
+                signal,
+                finished_at: Timestamp::now(),
+            };
+            let path = self.args.pod_dir.join(EXITS_DIR).join(format!("{id}.json"));
+            if let Err(e) = crate::state::write_json(&path, &exit, 0o600) {
+                eprintln!("monitor: {e}");
+            }
+            let message = Message::Exit(exit);
+            self.clients.retain_mut(|c| send(&mut c.stream, &message).is_ok());
+        }
+    }
+}
+
+fn send(stream: &mut UnixStream, message: &Message) -> io::Result<()> {
+    let mut line = serde_json::to_vec(message).map_err(io::Error::other)?;
+    line.push(b'\n');
+    // Messages are small; a client that cannot take one in a second is gone.
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(std::time::Duration::from_secs(1)))?;
+    let result = stream.write_all(&line);
+    stream.set_nonblocking(true)?;
+    result
+}
+
+/// Reads the exits a monitor recorded, for an agent that was not listening.
+pub fn recorded_exits(pod_dir: &Path) -> Vec<Exit> {
+    let Ok(entries) = fs::read_dir(pod_dir.join(EXITS_DIR)) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter_map(|e| crate::state::read_json::<Exit>(&e.path()).ok().flatten())
+        .collect()
+}

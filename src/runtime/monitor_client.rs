@@ -1,0 +1,144 @@
+//! The agent's side of a pod monitor: start it if it is not running, send it
+//! requests, and receive the exits it announces.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use futures_lite::{AsyncBufReadExt, AsyncWriteExt, io::BufReader};
+use smol::channel::{Receiver, Sender};
+use smol::net::unix::UnixStream;
+
+use super::protocol::{Exit, Message, Request, SOCKET};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MonitorError {
+    #[error("starting the monitor for {pod_dir}: {message}")]
+    Start { pod_dir: PathBuf, message: String },
+    #[error("monitor of {pod_dir}: connection lost")]
+    Disconnected { pod_dir: PathBuf },
+    #[error("monitor of {pod_dir}: {message}")]
+    Refused { pod_dir: PathBuf, message: String },
+}
+
+/// Settings every monitor of this agent gets.
+#[derive(Debug, Clone)]
+pub struct MonitorSettings {
+    pub executable: PathBuf,
+    pub runtime_path: PathBuf,
+    pub runtime_root: PathBuf,
+    pub max_log_size: u64,
+    pub max_log_files: u32,
+}
+
+pub struct MonitorConnection {
+    pod_dir: PathBuf,
+    writer: UnixStream,
+    replies: Receiver<Message>,
+    _reader: smol::Task<()>,
+}
+
+/// Connects to the pod's monitor, starting one if none answers. Exits are
+/// sent to `exits` for as long as the connection lives.
+pub async fn connect_or_start(
+    pod_dir: &Path,
+    settings: &MonitorSettings,
+    exits: Sender<Exit>,
+) -> Result<MonitorConnection, MonitorError> {
+    if let Ok(connection) = connect(pod_dir, exits.clone()).await {
+        return Ok(connection);
+    }
+    let start_err = |message: String| MonitorError::Start {
+        pod_dir: pod_dir.to_owned(),
+        message,
+    };
+    let output = async_process::Command::new(&settings.executable)
+        .arg("monitor")
+        .arg("--pod-dir")
+        .arg(pod_dir)
+        .arg("--runtime-path")
+        .arg(&settings.runtime_path)
+        .arg("--runtime-root")
+        .arg(&settings.runtime_root)
+        .arg("--max-log-size")
+        .arg(settings.max_log_size.to_string())
+        .arg("--max-log-files")
+        .arg(settings.max_log_files.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .map_err(|e| start_err(format!("{}: {e}", settings.executable.display())))?;
+    if !output.status.success() {
+        return Err(start_err(String::from_utf8_lossy(&output.stderr).trim().to_owned()));
+    }
+    connect(pod_dir, exits)
+        .await
+        .map_err(|e| start_err(format!("connecting: {e}")))
+}
+
+/// Connects to a running monitor (after an agent restart: adoption).
+pub async fn connect(pod_dir: &Path, exits: Sender<Exit>) -> std::io::Result<MonitorConnection> {
+    let stream = UnixStream::connect(pod_dir.join(SOCKET)).await?;
+    let (reply_tx, replies) = smol::channel::unbounded();
+    let reader_stream = stream.clone();
+    let reader = crate::rt::spawn(async move {
+        let mut lines = BufReader::new(reader_stream).lines();
+        while let Some(Ok(line)) = futures_lite::StreamExt::next(&mut lines).await {
+            match serde_json::from_str::<Message>(&line) {
+                Ok(Message::Exit(exit)) => {
+                    let _ = exits.send(exit).await;
+                }
+                Ok(reply) => {
+                    let _ = reply_tx.send(reply).await;
+                }
+                Err(e) => log::warn!("monitor sent an unreadable line: {e}"),
+            }
+        }
+    });
+    Ok(MonitorConnection {
+        pod_dir: pod_dir.to_owned(),
+        writer: stream,
+        replies,
+        _reader: reader,
+    })
+}
+
+impl MonitorConnection {
+    async fn call(&mut self, request: &Request) -> Result<Option<i32>, MonitorError> {
+        let disconnected = || MonitorError::Disconnected {
+            pod_dir: self.pod_dir.clone(),
+        };
+        let mut line = serde_json::to_vec(request).map_err(|_| disconnected())?;
+        line.push(b'\n');
+        self.writer.write_all(&line).await.map_err(|_| disconnected())?;
+        match self.replies.recv().await {
+            Ok(Message::Reply { ok: true, pid, .. }) => Ok(pid),
+            Ok(Message::Reply { error, .. }) => Err(MonitorError::Refused {
+                pod_dir: self.pod_dir.clone(),
+                message: error,
+            }),
+            _ => Err(disconnected()),
+        }
+    }
+
+    /// Has the monitor run `create` for a container; returns its init pid.
+    pub async fn create(&mut self, id: &str, bundle: &Path, log_path: &Path) -> Result<i32, MonitorError> {
+        let pid = self
+            .call(&Request::Create {
+                id: id.to_owned(),
+                bundle: bundle.to_owned(),
+                log_path: log_path.to_owned(),
+            })
+            .await?;
+        pid.ok_or_else(|| MonitorError::Refused {
+            pod_dir: self.pod_dir.clone(),
+            message: "no pid in reply".into(),
+        })
+    }
+
+    /// Tells the monitor to exit once its containers are gone.
+    pub async fn shutdown(&mut self) -> Result<(), MonitorError> {
+        self.call(&Request::Shutdown).await.map(drop)
+    }
+}

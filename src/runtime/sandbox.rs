@@ -1,0 +1,258 @@
+//! The pod sandbox without a pause container: the pod's shared network, UTS
+//! and IPC namespaces live on as bind mounts under the pod's state dir, and
+//! the pod's /etc/hosts, /etc/resolv.conf, /etc/hostname and volumes are
+//! prepared there. Creation and teardown are idempotent, so either may be
+//! repeated after a crash.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nix::sched::{CloneFlags, unshare};
+
+use super::spec::PodPaths;
+use crate::mount::{self, MountError};
+use crate::pod::{HostPathKind, Pod, VolumeSource};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    #[error("creating namespaces: {0}")]
+    Namespace(String),
+    #[error("volume {volume}: hostPath {path}: {reason}")]
+    HostPath {
+        volume: String,
+        path: String,
+        reason: String,
+    },
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> SandboxError + '_ {
+    move |source| SandboxError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+const NAMESPACES: [(&str, CloneFlags); 3] = [
+    ("net", CloneFlags::CLONE_NEWNET),
+    ("uts", CloneFlags::CLONE_NEWUTS),
+    ("ipc", CloneFlags::CLONE_NEWIPC),
+];
+
+/// Which of the pod's namespaces are its own (not the host's).
+fn own_namespaces(pod: &Pod) -> Vec<&'static str> {
+    let mut kinds = Vec::new();
+    if !pod.host_network {
+        // A hostNetwork pod also keeps the host's name, as upstream.
+        kinds.push("net");
+        kinds.push("uts");
+    }
+    if !pod.host_ipc {
+        kinds.push("ipc");
+    }
+    kinds
+}
+
+/// Sets up the sandbox of `pod` in `pod_dir` and returns the paths its
+/// containers' specs refer to.
+pub async fn create(pod: &Pod, pod_dir: &Path) -> Result<PodPaths, SandboxError> {
+    let ns_dir = pod_dir.join("ns");
+    fs::create_dir_all(&ns_dir).map_err(io_at(&ns_dir))?;
+    let kinds = own_namespaces(pod);
+    let missing: Vec<&'static str> = kinds
+        .iter()
+        .copied()
+        .filter(|k| !mount::is_mounted(&ns_dir.join(k)))
+        .collect();
+    if !missing.is_empty() {
+        make_namespaces(ns_dir.clone(), pod.hostname.clone(), missing).await?;
+    }
+    let ns_path = |kind: &str| kinds.contains(&kind).then(|| ns_dir.join(kind));
+
+    let etc = pod_dir.join("etc");
+    fs::create_dir_all(&etc).map_err(io_at(&etc))?;
+    let hosts = etc.join("hosts");
+    let resolv_conf = etc.join("resolv.conf");
+    let hostname = etc.join("hostname");
+    let (hosts_text, hostname_text) = if pod.host_network {
+        let host_name = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        (fs::read_to_string("/etc/hosts").unwrap_or_default(), host_name)
+    } else {
+        (managed_hosts(&[]), pod.hostname.clone())
+    };
+    write(&hosts, hosts_text.as_bytes())?;
+    write(&hostname, format!("{hostname_text}\n").as_bytes())?;
+    // Standalone there is no cluster DNS: every dnsPolicy resolves like
+    // Default, with the host's configuration.
+    let resolv = fs::read("/etc/resolv.conf").unwrap_or_default();
+    write(&resolv_conf, &resolv)?;
+
+    let mut volumes = Vec::new();
+    for volume in &pod.volumes {
+        let path = match &volume.source {
+            VolumeSource::EmptyDir => {
+                let dir = pod_dir.join("volumes").join(&volume.name);
+                fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+                dir
+            }
+            VolumeSource::HostPath { path, kind } => {
+                check_host_path(&volume.name, path, *kind)?;
+                PathBuf::from(path)
+            }
+        };
+        volumes.push((volume.name.clone(), path));
+    }
+    Ok(PodPaths {
+        net_ns: ns_path("net"),
+        uts_ns: ns_path("uts"),
+        ipc_ns: ns_path("ipc"),
+        hosts,
+        resolv_conf,
+        hostname,
+        volumes,
+    })
+}
+
+fn write(path: &Path, data: &[u8]) -> Result<(), SandboxError> {
+    Ok(crate::state::write_atomic(path, data, 0o644)?)
+}
+
+/// The kubelet-managed hosts file.
+fn managed_hosts(pod_ips: &[(String, String)]) -> String {
+    let mut text = String::from(
+        "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
+    );
+    for (ip, name) in pod_ips {
+        text.push_str(&format!("{ip}\t{name}\n"));
+    }
+    text
+}
+
+fn check_host_path(volume: &str, path: &str, kind: HostPathKind) -> Result<(), SandboxError> {
+    let err = |reason: &str| SandboxError::HostPath {
+        volume: volume.to_owned(),
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let meta = fs::metadata(path);
+    match kind {
+        HostPathKind::Unchecked => Ok(()),
+        HostPathKind::Directory => match meta {
+            Ok(m) if m.is_dir() => Ok(()),
+            _ => Err(err("is not a directory")),
+        },
+        HostPathKind::File => match meta {
+            Ok(m) if m.is_file() => Ok(()),
+            _ => Err(err("is not a file")),
+        },
+        HostPathKind::DirectoryOrCreate => match meta {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(err("exists and is not a directory")),
+            Err(_) => {
+                use std::os::unix::fs::DirBuilderExt;
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(path)
+                    .map_err(|e| err(&e.to_string()))
+            }
+        },
+        HostPathKind::FileOrCreate => match meta {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => Err(err("exists and is not a file")),
+            Err(_) => fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map(drop)
+                .map_err(|e| err(&e.to_string())),
+        },
+    }
+}
+
+/// Creates the namespaces on a thread of their own: unshare(2) moves the
+/// calling thread, which must then end rather than go back to the loop or
+/// to a pool.
+async fn make_namespaces(ns_dir: PathBuf, hostname: String, kinds: Vec<&'static str>) -> Result<(), SandboxError> {
+    let (tx, rx) = smol::channel::bounded(1);
+    std::thread::Builder::new()
+        .name("nanolet-netns".into())
+        .spawn(move || {
+            let _ = tx.send_blocking(namespaces_on_this_thread(&ns_dir, &hostname, &kinds));
+        })
+        .map_err(|e| SandboxError::Namespace(e.to_string()))?;
+    rx.recv()
+        .await
+        .map_err(|_| SandboxError::Namespace("namespace thread died".into()))?
+}
+
+fn namespaces_on_this_thread(ns_dir: &Path, hostname: &str, kinds: &[&'static str]) -> Result<(), SandboxError> {
+    let flags = NAMESPACES
+        .iter()
+        .filter(|(k, _)| kinds.contains(k))
+        .fold(CloneFlags::empty(), |acc, (_, f)| acc | *f);
+    unshare(flags).map_err(|e| SandboxError::Namespace(format!("unshare: {e}")))?;
+    if kinds.contains(&"uts") {
+        nix::unistd::sethostname(hostname).map_err(|e| SandboxError::Namespace(format!("sethostname: {e}")))?;
+    }
+    if kinds.contains(&"net") {
+        loopback_up().map_err(|e| SandboxError::Namespace(format!("bringing up lo: {e}")))?;
+    }
+    let tid = nix::unistd::gettid();
+    for kind in kinds {
+        let target = ns_dir.join(kind);
+        fs::File::create(&target).map_err(io_at(&target))?;
+        let source = PathBuf::from(format!("/proc/self/task/{tid}/ns/{kind}"));
+        mount::bind(&source, &target)?;
+    }
+    Ok(())
+}
+
+/// `ip link set lo up` in the current network namespace.
+fn loopback_up() -> io::Result<()> {
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    let result = unsafe {
+        if libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            if libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        }
+    };
+    unsafe { libc::close(sock) };
+    result
+}
+
+/// Undoes [`create`]: unmounts the namespaces (the kernel frees them when
+/// their last user is gone) and whatever else is still mounted in the pod's
+/// dir. Safe to repeat.
+pub fn teardown(pod_dir: &Path) -> Result<(), SandboxError> {
+    for kind in ["net", "uts", "ipc"] {
+        let path = pod_dir.join("ns").join(kind);
+        mount::unmount(&path)?;
+        let _ = fs::remove_file(&path);
+    }
+    for leftover in mount::mounts_under(pod_dir) {
+        mount::unmount(&leftover)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,517 @@
+//! The OCI runtime spec (config.json) for one container, from the pod, the
+//! container and its image. The defaults (mounts, capabilities, masked and
+//! read-only paths, rlimits) are those containerd gives Kubernetes pods.
+//!
+//! Only the fields nanolet sets are modelled: the oci-spec crate would bring
+//! regex, getset and derive_builder into a binary whose budget is 6 MiB, to
+//! write a document of a few dozen fields.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::image::manifest::RunConfig;
+use crate::pod::{Container, Pod, QosClass};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpecError {
+    #[error("no command specified: the container has no command and the image no entrypoint or cmd")]
+    NoCommand,
+    #[error("user {0:?} not found in the image's /etc/passwd")]
+    UnknownUser(String),
+    #[error("group {0:?} not found in the image's /etc/group")]
+    UnknownGroup(String),
+    #[error("runAsNonRoot is set but the container would run as root (uid 0)")]
+    RunsAsRoot,
+    #[error("runAsNonRoot is set and the image user {0:?} is not numeric, so it cannot be verified")]
+    NonNumericUser(String),
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spec {
+    pub oci_version: &'static str,
+    pub process: Process,
+    pub root: Root,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    pub mounts: Vec<Mount>,
+    pub linux: Linux,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Process {
+    pub terminal: bool,
+    pub user: User,
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    pub cwd: String,
+    pub capabilities: Capabilities,
+    pub rlimits: Vec<Rlimit>,
+    pub no_new_privileges: bool,
+    pub oom_score_adj: i32,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct User {
+    pub uid: u32,
+    pub gid: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub additional_gids: Vec<u32>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Capabilities {
+    pub bounding: Vec<&'static str>,
+    pub effective: Vec<&'static str>,
+    pub permitted: Vec<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Rlimit {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub hard: u64,
+    pub soft: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Root {
+    pub path: PathBuf,
+    pub readonly: bool,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct Mount {
+    pub destination: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub source: String,
+    pub options: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Linux {
+    pub namespaces: Vec<Namespace>,
+    pub resources: Resources,
+    pub cgroups_path: String,
+    pub masked_paths: Vec<&'static str>,
+    pub readonly_paths: Vec<&'static str>,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct Namespace {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct Resources {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Cpu>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Memory>,
+}
+
+#[derive(Debug, Serialize, Default, PartialEq, Eq)]
+pub struct Cpu {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period: Option<u64>,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct Memory {
+    pub limit: i64,
+}
+
+/// containerd's default capability set for containers.
+const DEFAULT_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+];
+
+const MASKED_PATHS: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// containerd's default open-files limit; well under any host's hard limit.
+const NOFILE: u64 = 1024;
+
+/// Where the pod's shared pieces live on the host.
+#[derive(Debug, Clone)]
+pub struct PodPaths {
+    /// Bind-mounted namespaces; `None` where the pod uses the host's.
+    pub net_ns: Option<PathBuf>,
+    pub uts_ns: Option<PathBuf>,
+    pub ipc_ns: Option<PathBuf>,
+    pub hosts: PathBuf,
+    pub resolv_conf: PathBuf,
+    pub hostname: PathBuf,
+    /// Volume name → host directory or file.
+    pub volumes: Vec<(String, PathBuf)>,
+}
+
+fn mount(destination: &str, kind: &str, source: &str, options: &[&str]) -> Mount {
+    Mount {
+        destination: destination.into(),
+        kind: kind.into(),
+        source: source.into(),
+        options: options.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn bind(destination: &str, source: &Path, read_only: bool) -> Mount {
+    let mut options = vec!["rbind", "rprivate"];
+    options.push(if read_only { "ro" } else { "rw" });
+    mount(destination, "bind", &source.to_string_lossy(), &options)
+}
+
+/// cpu.shares from a CPU request, upstream's formula (2 without a request).
+pub fn cpu_shares(milli: Option<u64>) -> u64 {
+    match milli {
+        None | Some(0) => 2,
+        Some(m) => (m * 1024 / 1000).clamp(2, 262_144),
+    }
+}
+
+/// oom_score_adj by QoS class, as the upstream kubelet sets it.
+pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: u64) -> i32 {
+    match pod.qos {
+        QosClass::Guaranteed => -997,
+        QosClass::BestEffort => 1000,
+        QosClass::Burstable => {
+            let request = container.resources.memory_request.unwrap_or(0);
+            if memory_capacity == 0 {
+                return 999;
+            }
+            let adj = 1000i64 - (1000i64 * request as i64) / memory_capacity as i64;
+            adj.clamp(3, 999) as i32
+        }
+    }
+}
+
+/// Resolves the process user: the container's securityContext, then the
+/// pod's, then the image's `User` (looked up in the rootfs when a name).
+pub fn resolve_user(pod: &Pod, container: &Container, image: &RunConfig, rootfs: &Path) -> Result<User, SpecError> {
+    let image_user = image.user.clone().unwrap_or_default();
+    let (image_uid, image_gid) = match image_user.split_once(':') {
+        Some((u, g)) => (u.to_owned(), Some(g.to_owned())),
+        None => (image_user.clone(), None),
+    };
+    let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).unwrap_or_default();
+    let group = std::fs::read_to_string(rootfs.join("etc/group")).unwrap_or_default();
+    let lookup = |db: &str, key: &str, by_name: bool| -> Option<(u32, Option<u32>)> {
+        db.lines().find_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            let id: u32 = f.get(2)?.parse().ok()?;
+            let matches = if by_name { f[0] == key } else { key.parse::<u32>().ok() == Some(id) };
+            matches.then(|| (id, f.get(3).and_then(|g| g.parse().ok())))
+        })
+    };
+    let explicit_uid = container.run_as_user.or(pod.run_as_user);
+    let (uid, passwd_gid) = match explicit_uid {
+        Some(uid) => (uid, lookup(&passwd, &uid.to_string(), false).and_then(|(_, g)| g)),
+        None if image_uid.is_empty() => (0, Some(0)),
+        None => match image_uid.parse::<u32>() {
+            Ok(uid) => (uid, lookup(&passwd, &image_uid, false).and_then(|(_, g)| g)),
+            Err(_) => {
+                if container.run_as_non_root || pod.run_as_non_root {
+                    return Err(SpecError::NonNumericUser(image_uid));
+                }
+                lookup(&passwd, &image_uid, true).ok_or_else(|| SpecError::UnknownUser(image_uid.clone()))?
+            }
+        },
+    };
+    if uid == 0 && (container.run_as_non_root || pod.run_as_non_root) {
+        return Err(SpecError::RunsAsRoot);
+    }
+    let gid = match container.run_as_group.or(pod.run_as_group) {
+        Some(g) => g,
+        None => match &image_gid {
+            Some(g) if explicit_uid.is_none() => match g.parse::<u32>() {
+                Ok(g) => g,
+                Err(_) => lookup(&group, g, true).map(|(g, _)| g).ok_or_else(|| SpecError::UnknownGroup(g.clone()))?,
+            },
+            _ => passwd_gid.unwrap_or(0),
+        },
+    };
+    Ok(User {
+        uid,
+        gid,
+        additional_gids: pod.supplemental_groups.clone(),
+    })
+}
+
+/// The process arguments: Kubernetes `command` replaces the image's
+/// Entrypoint (and drops its Cmd), `args` replaces Cmd.
+pub fn process_args(container: &Container, image: &RunConfig) -> Result<Vec<String>, SpecError> {
+    let entrypoint = image.entrypoint.clone().unwrap_or_default();
+    let cmd = image.cmd.clone().unwrap_or_default();
+    let args = match (container.command.is_empty(), container.args.is_empty()) {
+        (false, _) => container.command.iter().chain(&container.args).cloned().collect(),
+        (true, false) => entrypoint.into_iter().chain(container.args.iter().cloned()).collect(),
+        (true, true) => entrypoint.into_iter().chain(cmd).collect::<Vec<_>>(),
+    };
+    if args.is_empty() {
+        return Err(SpecError::NoCommand);
+    }
+    Ok(args)
+}
+
+/// The environment: the image's, overridden by the container's, plus PATH
+/// and HOSTNAME as container runtimes add them.
+pub fn environment(pod: &Pod, container: &Container, image: &RunConfig) -> Vec<String> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut set = |k: &str, v: &str| match env.iter_mut().find(|(key, _)| key == k) {
+        Some(entry) => entry.1 = v.to_owned(),
+        None => env.push((k.to_owned(), v.to_owned())),
+    };
+    let (k, v) = DEFAULT_PATH.split_once('=').unwrap_or_default();
+    set(k, v);
+    set("HOSTNAME", &pod.hostname);
+    for kv in image.env.iter().flatten() {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        set(k, v);
+    }
+    for (k, v) in &container.env {
+        set(k, v);
+    }
+    env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+pub struct SpecInput<'a> {
+    pub pod: &'a Pod,
+    pub container: &'a Container,
+    pub image: &'a RunConfig,
+    pub rootfs: &'a Path,
+    pub paths: &'a PodPaths,
+    pub cgroups_path: String,
+    pub memory_capacity: u64,
+}
+
+pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
+    let SpecInput {
+        pod,
+        container,
+        image,
+        rootfs,
+        paths,
+        ..
+    } = *input;
+    let user = resolve_user(pod, container, image, rootfs)?;
+    let args = process_args(container, image)?;
+    let cwd = container
+        .working_dir
+        .clone()
+        .or_else(|| image.working_dir.clone().filter(|w| !w.is_empty()))
+        .unwrap_or_else(|| "/".into());
+
+    let mut mounts = vec![
+        mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
+        mount("/dev", "tmpfs", "tmpfs", &["nosuid", "strictatime", "mode=755", "size=65536k"]),
+        mount("/dev/pts", "devpts", "devpts", &["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]),
+        mount("/dev/mqueue", "mqueue", "mqueue", &["nosuid", "noexec", "nodev"]),
+        mount("/dev/shm", "tmpfs", "shm", &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]),
+        mount("/sys", "sysfs", "sysfs", &["nosuid", "noexec", "nodev", "ro"]),
+        mount("/sys/fs/cgroup", "cgroup", "cgroup", &["nosuid", "noexec", "nodev", "relatime", "ro"]),
+        bind("/etc/hosts", &paths.hosts, false),
+        bind("/etc/resolv.conf", &paths.resolv_conf, false),
+        bind("/etc/hostname", &paths.hostname, false),
+    ];
+    for m in &container.mounts {
+        if let Some((_, source)) = paths.volumes.iter().find(|(name, _)| *name == m.volume) {
+            mounts.push(bind(&m.path, source, m.read_only));
+        }
+    }
+
+    let mut namespaces = vec![Namespace { kind: "mount", path: None }];
+    if !pod.host_pid {
+        namespaces.push(Namespace { kind: "pid", path: None });
+    }
+    let shared = [("network", &paths.net_ns), ("uts", &paths.uts_ns), ("ipc", &paths.ipc_ns)];
+    for (kind, path) in shared {
+        if let Some(path) = path {
+            namespaces.push(Namespace {
+                kind,
+                path: Some(path.clone()),
+            });
+        }
+    }
+
+    let r = &container.resources;
+    let cpu = Cpu {
+        shares: Some(cpu_shares(r.cpu_request_milli)),
+        quota: r.cpu_limit_milli.map(|m| (m as i64 * 100).max(1000)),
+        period: r.cpu_limit_milli.map(|_| 100_000),
+    };
+    let resources = Resources {
+        cpu: Some(cpu),
+        memory: r.memory_limit.map(|l| Memory {
+            limit: i64::try_from(l).unwrap_or(i64::MAX),
+        }),
+    };
+
+    Ok(Spec {
+        oci_version: "1.0.2",
+        process: Process {
+            terminal: false,
+            user,
+            args,
+            env: environment(pod, container, image),
+            cwd,
+            capabilities: Capabilities {
+                bounding: DEFAULT_CAPS.to_vec(),
+                effective: DEFAULT_CAPS.to_vec(),
+                permitted: DEFAULT_CAPS.to_vec(),
+            },
+            rlimits: vec![Rlimit {
+                kind: "RLIMIT_NOFILE",
+                hard: NOFILE,
+                soft: NOFILE,
+            }],
+            no_new_privileges: container.no_new_privileges,
+            oom_score_adj: oom_score_adj(pod, container, input.memory_capacity),
+        },
+        root: Root {
+            path: rootfs.to_owned(),
+            readonly: container.read_only_root,
+        },
+        hostname: paths.uts_ns.as_ref().map(|_| pod.hostname.clone()),
+        mounts,
+        linux: Linux {
+            namespaces,
+            resources,
+            cgroups_path: input.cgroups_path.clone(),
+            masked_paths: MASKED_PATHS.to_vec(),
+            readonly_paths: READONLY_PATHS.to_vec(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::manifest::{Document, parse};
+
+    fn pod(containers: &str) -> Pod {
+        let text = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers: {containers}\n");
+        match parse(&text, "f").remove(0) {
+            Document::Pod(p) => *p,
+            Document::Rejected { reason, .. } => panic!("{reason}"),
+        }
+    }
+
+    fn image(entrypoint: &[&str], cmd: &[&str]) -> RunConfig {
+        let v = |s: &[&str]| (!s.is_empty()).then(|| s.iter().map(|x| x.to_string()).collect());
+        RunConfig {
+            entrypoint: v(entrypoint),
+            cmd: v(cmd),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn command_and_args_follow_kubernetes_rules() {
+        let p = pod("[{name: a, image: x:1}]");
+        let c = &p.containers[0];
+        assert_eq!(process_args(c, &image(&["/ep"], &["cmd"])).unwrap(), vec!["/ep", "cmd"]);
+        let p = pod("[{name: a, image: x:1, args: [x]}]");
+        assert_eq!(process_args(&p.containers[0], &image(&["/ep"], &["cmd"])).unwrap(), vec!["/ep", "x"]);
+        let p = pod("[{name: a, image: x:1, command: [sh], args: [-c, 'true']}]");
+        assert_eq!(process_args(&p.containers[0], &image(&["/ep"], &["cmd"])).unwrap(), vec!["sh", "-c", "true"]);
+        let p = pod("[{name: a, image: x:1}]");
+        assert_eq!(process_args(&p.containers[0], &image(&[], &[])), Err(SpecError::NoCommand));
+    }
+
+    #[test]
+    fn env_precedence() {
+        let p = pod("[{name: a, image: x:1, env: [{name: A, value: pod}, {name: PATH, value: /p}]}]");
+        let img = RunConfig {
+            env: Some(vec!["A=image".into(), "B=image".into()]),
+            ..Default::default()
+        };
+        let env = environment(&p, &p.containers[0], &img);
+        assert!(env.contains(&"A=pod".to_string()));
+        assert!(env.contains(&"B=image".to_string()));
+        assert!(env.contains(&"PATH=/p".to_string()));
+        assert!(env.contains(&"HOSTNAME=p".to_string()));
+    }
+
+    #[test]
+    fn users() {
+        let dir = std::env::temp_dir().join(format!("nanolet-spec-{}", crate::state::random_hex()));
+        std::fs::create_dir_all(dir.join("etc")).unwrap();
+        std::fs::write(dir.join("etc/passwd"), "root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/:/bin/sh\n").unwrap();
+        std::fs::write(dir.join("etc/group"), "root:x:0:\nstaff:x:50:\n").unwrap();
+        let p = pod("[{name: a, image: x:1}]");
+        let c = &p.containers[0];
+        let with_user = |u: &str| RunConfig {
+            user: Some(u.into()),
+            ..Default::default()
+        };
+        assert_eq!(resolve_user(&p, c, &with_user(""), &dir).unwrap().uid, 0);
+        let u = resolve_user(&p, c, &with_user("app"), &dir).unwrap();
+        assert_eq!((u.uid, u.gid), (1000, 1001));
+        let u = resolve_user(&p, c, &with_user("app:staff"), &dir).unwrap();
+        assert_eq!((u.uid, u.gid), (1000, 50));
+        let u = resolve_user(&p, c, &with_user("4242"), &dir).unwrap();
+        assert_eq!((u.uid, u.gid), (4242, 0));
+        assert!(resolve_user(&p, c, &with_user("nobody"), &dir).is_err());
+        let nonroot = pod("[{name: a, image: x:1, securityContext: {runAsNonRoot: true}}]");
+        assert_eq!(resolve_user(&nonroot, &nonroot.containers[0], &with_user(""), &dir), Err(SpecError::RunsAsRoot));
+        let explicit = pod("[{name: a, image: x:1, securityContext: {runAsUser: 1000}}]");
+        let u = resolve_user(&explicit, &explicit.containers[0], &with_user(""), &dir).unwrap();
+        assert_eq!((u.uid, u.gid), (1000, 1001));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn cpu_formulas() {
+        assert_eq!(cpu_shares(None), 2);
+        assert_eq!(cpu_shares(Some(1)), 2);
+        assert_eq!(cpu_shares(Some(250)), 256);
+        assert_eq!(cpu_shares(Some(1000)), 1024);
+        assert_eq!(cpu_shares(Some(1_000_000)), 262_144);
+    }
+}
