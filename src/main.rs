@@ -1,4 +1,8 @@
+//! nanolet: a small Kubernetes node agent.
+
+mod agent;
 mod cgroup;
+mod cli;
 mod config;
 mod http;
 mod image;
@@ -10,4 +14,189 @@ mod rt;
 mod runtime;
 mod state;
 
-fn main() {}
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use lexopt::prelude::*;
+
+const USAGE: &str = "\
+nanolet: a small Kubernetes node agent
+
+Usage:
+  nanolet run [--config FILE] [flags]   run the agent in the foreground
+  nanolet pods [--state-dir DIR]        list pods, like `kubectl get pods -A`
+  nanolet logs [-f] [--tail N] [--previous] [--timestamps] [--state-dir DIR] NS/POD [CONTAINER]
+  nanolet version
+
+Flags of `run` (override the config file):
+  --state-dir DIR            nanolet's state (default /var/lib/nanolet)
+  --static-pod-path DIR      directory of pod manifests (staticPodPath)
+  --pod-logs-dir DIR         container logs (podLogsDir, default /var/log/pods)
+  --cgroup-root PATH         parent cgroup of all pods (cgroupRoot, default /)
+  --runtime runc|crun        OCI runtime (default runc)
+  --runtime-path PATH        the runtime's binary
+  --insecure-registry HOST   registry reachable over plain HTTP (repeatable)
+  --container-log-max-size Q  e.g. 10Mi
+  --container-log-max-files N
+  -v, --verbose              debug logging (or RUST_LOG)
+";
+
+/// Exit code for usage and configuration errors.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    let Some(command) = args.next() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(EXIT_USAGE);
+    };
+    let parser = lexopt::Parser::from_args(args);
+    let result = match command.to_string_lossy().as_ref() {
+        "run" => cmd_run(parser),
+        "pods" => cmd_pods(parser),
+        "logs" => cmd_logs(parser),
+        "monitor" => cmd_monitor(parser),
+        "version" | "--version" => {
+            println!("nanolet {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => Err(Usage(format!("unknown command {other:?}")).into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Usage>() || e.is::<config::ConfigError>() || e.is::<lexopt::Error>() => {
+            eprintln!("nanolet: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(e) => {
+            eprintln!("nanolet: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+fn init_logging(verbose: bool) {
+    let default = if verbose { "debug" } else { "info" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+        .format_timestamp_millis()
+        .init();
+}
+
+fn cmd_run(mut parser: lexopt::Parser) -> anyhow::Result<()> {
+    let mut config_file: Option<PathBuf> = None;
+    let mut flags: Vec<(String, String)> = Vec::new();
+    let mut verbose = false;
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("config") => config_file = Some(parser.value()?.into()),
+            Short('v') | Long("verbose") => verbose = true,
+            Long(flag) => {
+                let flag = flag.to_owned();
+                let value = parser.value()?.string()?;
+                flags.push((flag, value));
+            }
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    let mut config = match &config_file {
+        Some(path) => config::Config::load(path)?,
+        None => config::Config::default(),
+    };
+    for (flag, value) in &flags {
+        if !config.apply_flag(flag, value)? {
+            return Err(Usage(format!("unknown flag --{flag}")).into());
+        }
+    }
+    init_logging(verbose);
+    rt::block_on(agent::run(config)).context("agent")?;
+    Ok(())
+}
+
+/// `--state-dir`, shared by the read-only commands.
+fn state_dir_arg(parser: &mut lexopt::Parser, state_dir: &mut PathBuf) -> anyhow::Result<()> {
+    *state_dir = parser.value()?.into();
+    Ok(())
+}
+
+fn cmd_pods(mut parser: lexopt::Parser) -> anyhow::Result<()> {
+    let mut state_dir = PathBuf::from(config::DEFAULT_STATE_DIR);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("state-dir") => state_dir_arg(&mut parser, &mut state_dir)?,
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    cli::print_pods(&state_dir, &mut std::io::stdout().lock())?;
+    Ok(())
+}
+
+fn cmd_logs(mut parser: lexopt::Parser) -> anyhow::Result<()> {
+    let mut state_dir = PathBuf::from(config::DEFAULT_STATE_DIR);
+    let mut args = cli::logs::LogsArgs::default();
+    let mut positional = Vec::new();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("state-dir") => state_dir_arg(&mut parser, &mut state_dir)?,
+            Short('f') | Long("follow") => args.follow = true,
+            Short('p') | Long("previous") => args.previous = true,
+            Long("timestamps") => args.timestamps = true,
+            Long("tail") => args.tail = Some(parser.value()?.parse()?),
+            Value(v) => positional.push(v.string()?),
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    let mut positional = positional.into_iter();
+    args.target = positional.next().ok_or_else(|| Usage("logs: which pod? NS/POD".into()))?;
+    args.container = positional.next();
+    if positional.next().is_some() {
+        bail!(Usage("logs: too many arguments".into()));
+    }
+    cli::logs::run(&state_dir, &args, &mut std::io::stdout().lock())?;
+    Ok(())
+}
+
+/// The per-pod monitor (started by the agent, not by users).
+fn cmd_monitor(mut parser: lexopt::Parser) -> anyhow::Result<()> {
+    let mut pod_dir = None;
+    let mut runtime_path = None;
+    let mut runtime_root = None;
+    let mut max_log_size = 10 << 20;
+    let mut max_log_files = 5;
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("pod-dir") => pod_dir = Some(PathBuf::from(parser.value()?)),
+            Long("runtime-path") => runtime_path = Some(PathBuf::from(parser.value()?)),
+            Long("runtime-root") => runtime_root = Some(PathBuf::from(parser.value()?)),
+            Long("max-log-size") => max_log_size = parser.value()?.parse()?,
+            Long("max-log-files") => max_log_files = parser.value()?.parse()?,
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    let (Some(pod_dir), Some(runtime_path), Some(runtime_root)) = (pod_dir, runtime_path, runtime_root) else {
+        bail!(Usage("monitor: --pod-dir, --runtime-path and --runtime-root are required".into()));
+    };
+    monitor::start(monitor::Args {
+        pod_dir,
+        runtime_path,
+        runtime_root,
+        max_log_size,
+        max_log_files,
+    })?;
+    Ok(())
+}

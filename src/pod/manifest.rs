@@ -5,13 +5,19 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{Pod, PodError, validate};
+use super::{Pod, validate};
 
 /// One document of a manifest file: a pod, or why it is not one.
 #[derive(Debug)]
 pub enum Document {
     Pod(Box<Pod>),
-    Rejected { index: usize, reason: String },
+    Rejected {
+        index: usize,
+        /// namespace/name when the document has them, to name it to users.
+        namespace: Option<String>,
+        name: Option<String>,
+        reason: String,
+    },
 }
 
 /// Whether a directory entry is a manifest (upstream skips dot files).
@@ -34,6 +40,8 @@ pub fn parse(text: &str, source: &str) -> Vec<Document> {
                 // of the file is unreadable.
                 documents.push(Document::Rejected {
                     index,
+                    namespace: None,
+                    name: None,
                     reason: format!("invalid YAML: {e}"),
                 });
                 break;
@@ -42,18 +50,25 @@ pub fn parse(text: &str, source: &str) -> Vec<Document> {
         let uid = static_pod_uid(source, &value);
         documents.push(match validate(&value, source, &uid) {
             Ok(pod) => Document::Pod(Box::new(pod)),
-            Err(e) => Document::Rejected {
-                index,
-                reason: reason(&e),
-            },
+            Err(e) => {
+                let meta = |key: &str| {
+                    value
+                        .get("metadata")
+                        .and_then(|m| m.get(key))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                };
+                Document::Rejected {
+                    index,
+                    namespace: meta("namespace").or_else(|| meta("name").map(|_| "default".into())),
+                    name: meta("name"),
+                    reason: e.to_string(),
+                }
+            }
         });
         index += 1;
     }
     documents
-}
-
-fn reason(e: &PodError) -> String {
-    e.to_string()
 }
 
 /// A UID from the file and the document's content, formatted as a UUID. Any

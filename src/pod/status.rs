@@ -122,12 +122,10 @@ pub fn pod_status(
 
     let phase = phase(pod.restart_policy, &statuses);
     let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
-    let now = time(Timestamp::now());
     let condition = |type_: &str, ok: bool, reason: Option<&str>| core::PodCondition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
         reason: reason.map(Into::into),
-        last_transition_time: Some(now.clone()),
         ..Default::default()
     };
     let not_ready = (!all_ready).then_some(if phase == "Succeeded" || phase == "Failed" {
@@ -155,6 +153,20 @@ pub fn pod_status(
         ),
         qos_class: Some(pod.qos.as_str().into()),
         ..Default::default()
+    }
+}
+
+/// Conditions keep their lastTransitionTime while their status stays; a
+/// changed or new one gets the current time.
+pub fn carry_transition_times(previous: Option<&core::PodStatus>, status: &mut core::PodStatus) {
+    let now = Timestamp::now();
+    let old = previous.and_then(|p| p.conditions.as_deref()).unwrap_or_default();
+    for condition in status.conditions.iter_mut().flatten() {
+        condition.last_transition_time = old
+            .iter()
+            .find(|o| o.type_ == condition.type_ && o.status == condition.status)
+            .and_then(|o| o.last_transition_time.clone())
+            .or(Some(time(now)));
     }
 }
 

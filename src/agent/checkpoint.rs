@@ -1,0 +1,89 @@
+//! What the agent keeps on disk per pod, under `pods/<uid>/`:
+//!
+//! - `pod.json`: the checkpoint: the pod as admitted and where it came from,
+//!   so that it can be adopted (or cleaned up) after a restart or a reboot;
+//! - `containers.json`: each container's current instance, restart count and
+//!   last termination, so that restarts count on and exits are not lost;
+//! - `status.json`: the pod's status, for `nanolet pods` and `nanolet logs`.
+
+use std::path::{Path, PathBuf};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1 as core;
+use serde::{Deserialize, Serialize};
+
+use crate::pod::status::ContainerView;
+use crate::state::{self, StateError};
+
+pub const POD_FILE: &str = "pod.json";
+pub const CONTAINERS_FILE: &str = "containers.json";
+pub const STATUS_FILE: &str = "status.json";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    pub uid: String,
+    pub source: String,
+    pub admitted: Timestamp,
+    pub manifest: core::Pod,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerRecord {
+    pub view: ContainerView,
+    /// The image's STOPSIGNAL for the current instance.
+    #[serde(default)]
+    pub stop_signal: Option<String>,
+}
+
+/// The pod as `nanolet pods` and `nanolet logs` see it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRecord {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub source: String,
+    pub admitted: Timestamp,
+    pub terminating: bool,
+    /// `<podLogsDir>/<ns>_<name>_<uid>`.
+    pub log_dir: PathBuf,
+    pub status: core::PodStatus,
+}
+
+pub fn read_checkpoint(pod_dir: &Path) -> Result<Option<Checkpoint>, StateError> {
+    state::read_json(&pod_dir.join(POD_FILE))
+}
+
+pub fn write_checkpoint(pod_dir: &Path, checkpoint: &Checkpoint) -> Result<(), StateError> {
+    state::write_json(&pod_dir.join(POD_FILE), checkpoint, 0o600)
+}
+
+pub fn read_containers(pod_dir: &Path) -> Result<Option<Vec<ContainerRecord>>, StateError> {
+    state::read_json(&pod_dir.join(CONTAINERS_FILE))
+}
+
+pub fn write_containers(pod_dir: &Path, records: &[ContainerRecord]) -> Result<(), StateError> {
+    state::write_json(&pod_dir.join(CONTAINERS_FILE), &records, 0o600)
+}
+
+pub fn read_record(pod_dir: &Path) -> Result<Option<PodRecord>, StateError> {
+    state::read_json(&pod_dir.join(STATUS_FILE))
+}
+
+pub fn write_record(pod_dir: &Path, record: &PodRecord) -> Result<(), StateError> {
+    state::write_json(&pod_dir.join(STATUS_FILE), record, 0o644)
+}
+
+/// A manifest document that was not admitted, for `nanolet pods`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rejected {
+    pub file: String,
+    pub index: usize,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub reason: String,
+    pub since: Timestamp,
+}

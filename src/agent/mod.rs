@@ -1,0 +1,234 @@
+//! The agent's loop: it merges the pod sources into a desired set, starts a
+//! worker per pod, tells workers of pods that went away to terminate, and
+//! adopts what a previous run of the agent left.
+
+pub mod checkpoint;
+pub mod sources;
+pub mod worker;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_lite::{FutureExt, StreamExt};
+use jiff::Timestamp;
+use smol::channel::Sender;
+
+use self::sources::ManifestSource;
+use self::worker::{Control, Worker};
+use crate::cgroup::Hierarchy;
+use crate::config::Config;
+use crate::http::Client;
+use crate::image::ImageService;
+use crate::image::registry::Registry;
+use crate::image::store::Store;
+use crate::pod::Pod;
+use crate::runtime::monitor_client::MonitorSettings;
+use crate::runtime::runc::Runtime;
+use crate::state::{self, Layout, StateError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("runtime {path}: {message}")]
+    Runtime { path: String, message: String },
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// What every pod worker shares.
+pub struct Context {
+    pub config: Config,
+    pub layout: Layout,
+    pub images: ImageService,
+    pub runtime: Runtime,
+    pub monitor: MonitorSettings,
+    pub cgroups: Hierarchy,
+    pub memory_capacity: u64,
+}
+
+struct WorkerHandle {
+    control: Sender<Control>,
+    terminating: bool,
+    _task: smol::Task<()>,
+}
+
+pub async fn run(config: Config) -> Result<(), AgentError> {
+    let layout = Layout::new(&config.state_dir);
+    state::create_dir_all(&layout.root, 0o700)?;
+    state::create_dir_all(&layout.pods(), 0o700)?;
+    state::create_dir_all(&config.pod_logs_dir, 0o755)?;
+    state::write_atomic(&layout.agent_pid(), std::process::id().to_string().as_bytes(), 0o644)?;
+
+    let runtime = Runtime::new(config.runtime, config.runtime_path.clone(), layout.runtime_root());
+    let version = runtime.version().await.map_err(|e| AgentError::Runtime {
+        path: config.runtime_path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    log::info!(
+        "nanolet {} starting: runtime {}://{version}, cgroups {:?}, state {}",
+        env!("CARGO_PKG_VERSION"),
+        config.runtime.name(),
+        crate::cgroup::detect(),
+        layout.root.display()
+    );
+    let http = Client::new(config.ca_file.clone(), config.insecure_registries.clone());
+    let registry = Registry::new(http, config.registry_mirrors.clone());
+    let store = Store::open(&layout.images())?;
+    let executable = std::env::current_exe().map_err(|e| AgentError::Setup(format!("own executable: {e}")))?;
+    let ctx = Rc::new(Context {
+        images: ImageService::new(registry, store),
+        monitor: MonitorSettings {
+            executable,
+            runtime_path: config.runtime_path.clone(),
+            runtime_root: layout.runtime_root(),
+            max_log_size: config.container_log_max_size,
+            max_log_files: config.container_log_max_files,
+        },
+        cgroups: Hierarchy::new(&config.cgroup_root),
+        memory_capacity: crate::cgroup::memory_capacity(),
+        runtime,
+        layout,
+        config,
+    });
+    crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();
+
+    let (done_tx, done_rx) = smol::channel::unbounded::<String>();
+    let mut workers: HashMap<String, WorkerHandle> = HashMap::new();
+    let spawn_worker = |pod: Pod, admitted: Timestamp, workers: &mut HashMap<String, WorkerHandle>| {
+        let (control, control_rx) = smol::channel::unbounded();
+        let uid = pod.uid.clone();
+        let worker = Worker::new(ctx.clone(), pod, admitted, control_rx);
+        let done = done_tx.clone();
+        let task_uid = uid.clone();
+        let task = crate::rt::spawn(async move {
+            worker.run().await;
+            let _ = done.send(task_uid).await;
+        });
+        workers.insert(
+            uid,
+            WorkerHandle {
+                control,
+                terminating: false,
+                _task: task,
+            },
+        );
+    };
+
+    // Adopt what the previous run admitted: its workers reattach to running
+    // containers, or clean up pods that are no longer wanted.
+    for (pod, admitted) in adopt_checkpoints(&ctx).await {
+        log::info!("adopting pod {} ({})", pod.full_name(), pod.uid);
+        spawn_worker(pod, admitted, &mut workers);
+    }
+
+    let mut source = ctx
+        .config
+        .static_pod_path
+        .clone()
+        .map(|dir| ManifestSource::new(dir, ctx.config.file_check_frequency, ctx.config.max_pods as usize));
+    let mut signals = async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])
+        .map_err(|e| AgentError::Setup(format!("signals: {e}")))?;
+    let mut reported: Vec<(String, usize, String)> = Vec::new();
+
+    loop {
+        let scan = match &source {
+            Some(s) => s.scan().await,
+            None => Default::default(),
+        };
+        let now_rejected: Vec<(String, usize, String)> =
+            scan.rejected.iter().map(|r| (r.file.clone(), r.index, r.reason.clone())).collect();
+        if now_rejected != reported {
+            for r in &scan.rejected {
+                if !reported.contains(&(r.file.clone(), r.index, r.reason.clone())) {
+                    log::error!("manifest {} (document {}): {}", r.file, r.index, r.reason);
+                }
+            }
+            reported = now_rejected;
+        }
+        if let Err(e) = state::write_json(&ctx.layout.rejected_manifests(), &scan.rejected, 0o644) {
+            log::error!("{e}");
+        }
+        let desired: HashMap<String, Pod> = scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+        for (uid, handle) in workers.iter_mut() {
+            if !desired.contains_key(uid) && !handle.terminating {
+                handle.terminating = true;
+                let _ = handle.control.try_send(Control::Terminate);
+            }
+        }
+        for (uid, pod) in desired {
+            if !workers.contains_key(&uid) {
+                spawn_worker(pod, Timestamp::now(), &mut workers);
+            }
+        }
+
+        enum Event {
+            Changed,
+            Done(String),
+            Signal,
+        }
+        let changed = async {
+            match &mut source {
+                Some(s) => s.changed().await,
+                None => std::future::pending().await,
+            }
+            Event::Changed
+        };
+        let done = async {
+            match done_rx.recv().await {
+                Ok(uid) => Event::Done(uid),
+                Err(_) => std::future::pending().await,
+            }
+        };
+        let signal = async {
+            signals.next().await;
+            Event::Signal
+        };
+        match changed.or(done).or(signal).await {
+            Event::Changed => {}
+            Event::Done(uid) => {
+                workers.remove(&uid);
+            }
+            Event::Signal => {
+                log::info!("stopping; pods keep running and will be adopted by the next start");
+                let _ = std::fs::remove_file(ctx.layout.agent_pid());
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Pods the previous run admitted, from their checkpoints. A checkpoint
+/// that no longer validates is cleaned up here, since no worker can own it.
+async fn adopt_checkpoints(ctx: &Rc<Context>) -> Vec<(Pod, Timestamp)> {
+    let mut pods = Vec::new();
+    let Ok(entries) = std::fs::read_dir(ctx.layout.pods()) else {
+        return pods;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let uid = entry.file_name().to_string_lossy().into_owned();
+        let checkpoint = checkpoint::read_checkpoint(&dir).ok().flatten();
+        let pod = checkpoint.as_ref().and_then(|c| {
+            let value = serde_json::to_value(&c.manifest).ok()?;
+            crate::pod::validate(&value, &c.source, &c.uid).ok().map(|p| (p, c.admitted))
+        });
+        match pod {
+            Some((pod, admitted)) if pod.uid == uid => pods.push((pod, admitted)),
+            _ => {
+                log::warn!("pod dir {} has no usable checkpoint; removing it", dir.display());
+                let log_dir = checkpoint::read_record(&dir)
+                    .ok()
+                    .flatten()
+                    .map(|r| r.log_dir)
+                    .unwrap_or_else(|| ctx.config.pod_logs_dir.join(format!("_none_{uid}")));
+                for qos in [crate::pod::QosClass::Guaranteed, crate::pod::QosClass::Burstable, crate::pod::QosClass::BestEffort] {
+                    let _ = ctx.cgroups.remove_pod(qos, &uid);
+                }
+                worker::remove_pod_state(ctx, &dir, crate::pod::QosClass::BestEffort, &uid, &log_dir).await;
+            }
+        }
+    }
+    pods
+}

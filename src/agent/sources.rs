@@ -1,0 +1,198 @@
+//! The static pod source: a directory of manifests, watched with inotify and
+//! rescanned every fileCheckFrequency as a safety net.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_lite::FutureExt;
+use jiff::Timestamp;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use smol::Async;
+
+use super::checkpoint::Rejected;
+use crate::pod::Pod;
+use crate::pod::manifest::{self, Document};
+
+/// Everything the directory says, as of one scan.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub pods: Vec<Pod>,
+    pub rejected: Vec<Rejected>,
+}
+
+pub struct ManifestSource {
+    dir: PathBuf,
+    rescan: Duration,
+    watch: Option<Async<Inotify>>,
+    max_pods: usize,
+}
+
+/// Inotify events are bursty (an editor writes, renames, chmods); wait this
+/// long after the first one before rescanning.
+const SETTLE: Duration = Duration::from_millis(100);
+
+impl ManifestSource {
+    pub fn new(dir: PathBuf, rescan: Duration, max_pods: usize) -> Self {
+        let mut source = ManifestSource {
+            dir,
+            rescan,
+            watch: None,
+            max_pods,
+        };
+        source.try_watch();
+        source
+    }
+
+    fn try_watch(&mut self) {
+        if self.watch.is_some() {
+            return;
+        }
+        let flags = AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_MODIFY
+            | AddWatchFlags::IN_DELETE_SELF
+            | AddWatchFlags::IN_MOVE_SELF;
+        let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .and_then(|i| i.add_watch(&self.dir, flags).map(|_| i));
+        match watch.map(Async::new) {
+            Ok(Ok(w)) => self.watch = Some(w),
+            Ok(Err(e)) => log::warn!("watching {}: {e}", self.dir.display()),
+            Err(e) => log::debug!("watching {}: {e}; rescanning every {:?}", self.dir.display(), self.rescan),
+        }
+    }
+
+    /// Waits until the directory may have changed.
+    pub async fn changed(&mut self) {
+        let rescan = self.rescan;
+        let timer = async {
+            smol::Timer::after(rescan).await;
+        };
+        match &self.watch {
+            Some(watch) => {
+                let event = async {
+                    let _ = watch.readable().await;
+                    smol::Timer::after(SETTLE).await;
+                    // Drain the burst; content is re-read by the scan.
+                    let mut gone = false;
+                    while let Ok(events) = watch.get_ref().read_events() {
+                        gone |= events.iter().any(|e| {
+                            e.mask.intersects(AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF | AddWatchFlags::IN_IGNORED)
+                        });
+                        if events.is_empty() {
+                            break;
+                        }
+                    }
+                    gone
+                };
+                if event.or(async { timer.await; false }).await {
+                    self.watch = None;
+                }
+            }
+            None => timer.await,
+        }
+        self.try_watch();
+    }
+
+    /// Reads every manifest, off the loop.
+    pub async fn scan(&self) -> Scan {
+        let dir = self.dir.clone();
+        let max_pods = self.max_pods;
+        smol::unblock(move || scan_dir(&dir, max_pods)).await
+    }
+}
+
+fn scan_dir(dir: &Path, max_pods: usize) -> Scan {
+    let mut scan = Scan::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            log::debug!("reading {}: {e}", dir.display());
+            return scan;
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| manifest::is_manifest_name(&e.file_name().to_string_lossy()))
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let now = Timestamp::now();
+    let mut names: HashMap<(String, String), String> = HashMap::new();
+    for file in files {
+        let source = file.to_string_lossy().into_owned();
+        let reject = |index, namespace, name, reason: String| Rejected {
+            file: source.clone(),
+            index,
+            namespace,
+            name,
+            reason,
+            since: now,
+        };
+        let text = match std::fs::read(&file) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(t) => t,
+                Err(_) => {
+                    scan.rejected.push(reject(0, None, None, "not UTF-8 text".into()));
+                    continue;
+                }
+            },
+            Err(e) => {
+                scan.rejected.push(reject(0, None, None, e.to_string()));
+                continue;
+            }
+        };
+        for (index, document) in manifest::parse(&text, &source).into_iter().enumerate() {
+            match document {
+                Document::Pod(pod) => {
+                    let key = (pod.namespace.clone(), pod.name.clone());
+                    if let Some(first) = names.get(&key) {
+                        let reason = format!("pod {} is already defined in {first}", pod.full_name());
+                        scan.rejected.push(reject(index, Some(key.0), Some(key.1), reason));
+                    } else if scan.pods.len() >= max_pods {
+                        let reason = format!("OutOfpods: the node runs at most {max_pods} pods (maxPods)");
+                        scan.rejected.push(reject(index, Some(key.0), Some(key.1), reason));
+                    } else {
+                        names.insert(key, source.clone());
+                        scan.pods.push(*pod);
+                    }
+                }
+                Document::Rejected {
+                    index,
+                    namespace,
+                    name,
+                    reason,
+                } => scan.rejected.push(reject(index, namespace, name, reason)),
+            }
+        }
+    }
+    scan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_reports_bad_files_and_duplicates() {
+        let dir = std::env::temp_dir().join(format!("nanolet-src-{}", crate::state::random_hex()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: x:1}]}\n";
+        std::fs::write(dir.join("1.yaml"), pod).unwrap();
+        std::fs::write(dir.join("2.yaml"), pod).unwrap();
+        std::fs::write(dir.join("3.yaml"), "kind: [").unwrap();
+        std::fs::write(dir.join(".hidden.yaml"), "kind: [").unwrap();
+        std::fs::write(dir.join("notes.txt"), "x").unwrap();
+        let scan = scan_dir(&dir, 110);
+        assert_eq!(scan.pods.len(), 1);
+        assert_eq!(scan.rejected.len(), 2, "{:?}", scan.rejected);
+        assert!(scan.rejected[0].reason.contains("already defined"));
+        assert!(scan.rejected[1].file.ends_with("3.yaml"));
+        let capped = scan_dir(&dir, 0);
+        assert!(capped.rejected.iter().any(|r| r.reason.starts_with("OutOfpods")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

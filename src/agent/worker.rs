@@ -1,0 +1,717 @@
+//! The pod worker: one task per pod, serialising everything done to it
+//! (syncing → terminating → terminated), as upstream's pod workers do. It is
+//! level-triggered: each pass compares what should run with what runs and
+//! takes the next steps; control messages, container exits and backoff
+//! timers only wake it.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use futures_lite::FutureExt;
+use jiff::Timestamp;
+use smol::channel::{Receiver, Sender};
+
+use super::Context;
+use super::checkpoint::{self, Checkpoint, ContainerRecord, PodRecord};
+use crate::image::ImageError;
+use crate::pod::backoff::Backoff;
+use crate::pod::status::{self, ContainerView, Terminated};
+use crate::pod::{Container, Pod, RestartPolicy};
+use crate::runtime::monitor_client::{self, MonitorConnection};
+use crate::runtime::protocol::Exit;
+use crate::runtime::spec::{self, PodPaths, SpecInput};
+use crate::runtime::{Bundle, sandbox};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Stop the pod's containers (grace period, then SIGKILL) and remove it.
+    Terminate,
+}
+
+struct ContainerState {
+    record: ContainerRecord,
+    /// When the current instance ended (monotonic), for the restart backoff.
+    exited_at: Option<Instant>,
+    restart_backoff: Backoff,
+    /// Pull or create failures before an instance ran.
+    setup_backoff: Backoff,
+    setup_failed_at: Option<Instant>,
+    /// No backoff/retry before this instant.
+    retry_at: Option<Instant>,
+}
+
+pub struct Worker {
+    ctx: Rc<Context>,
+    pod: Pod,
+    dir: PathBuf,
+    admitted: Timestamp,
+    containers: Vec<ContainerState>,
+    paths: Option<PodPaths>,
+    monitor: Option<MonitorConnection>,
+    exits_tx: Sender<Exit>,
+    exits_rx: Receiver<Exit>,
+    control: Receiver<Control>,
+    terminating: bool,
+    /// The last status written, to skip unchanged writes.
+    last_status: Option<k8s_openapi::api::core::v1::PodStatus>,
+    sandbox_backoff: Backoff,
+}
+
+enum Wake {
+    Control(Option<Control>),
+    Exit(Exit),
+    Timer,
+}
+
+impl Worker {
+    pub fn new(ctx: Rc<Context>, pod: Pod, admitted: Timestamp, control: Receiver<Control>) -> Worker {
+        let dir = ctx.layout.pod(&pod.uid);
+        let saved = checkpoint::read_containers(&dir).ok().flatten().unwrap_or_default();
+        let containers = pod
+            .containers
+            .iter()
+            .map(|c| ContainerState {
+                record: saved
+                    .iter()
+                    .find(|r| r.view.name == c.name)
+                    .cloned()
+                    .unwrap_or_else(|| ContainerRecord {
+                        view: ContainerView {
+                            name: c.name.clone(),
+                            image: c.image.clone(),
+                            ..Default::default()
+                        },
+                        stop_signal: None,
+                    }),
+                exited_at: None,
+                restart_backoff: Backoff::default(),
+                setup_backoff: Backoff::default(),
+                setup_failed_at: None,
+                retry_at: None,
+            })
+            .collect();
+        let (exits_tx, exits_rx) = smol::channel::unbounded();
+        Worker {
+            ctx,
+            pod,
+            dir,
+            admitted,
+            containers,
+            paths: None,
+            monitor: None,
+            exits_tx,
+            exits_rx,
+            control,
+            terminating: false,
+            last_status: None,
+            sandbox_backoff: Backoff::default(),
+        }
+    }
+
+    pub async fn run(mut self) {
+        let name = self.pod.full_name();
+        if let Err(e) = self.admit() {
+            log::error!("pod {name}: {e}");
+        }
+        self.adopt().await;
+        loop {
+            if self.terminating {
+                self.terminate().await;
+                return;
+            }
+            self.sync().await;
+            self.write_status();
+            let wake = self.next_wake();
+            match self.wait(wake).await {
+                Wake::Control(Some(Control::Terminate)) | Wake::Control(None) => self.terminating = true,
+                Wake::Exit(exit) => self.on_exit(exit).await,
+                Wake::Timer => {}
+            }
+        }
+    }
+
+    fn admit(&mut self) -> Result<(), crate::state::StateError> {
+        crate::state::create_dir_all(&self.dir, 0o700)?;
+        if checkpoint::read_checkpoint(&self.dir)?.is_none() {
+            checkpoint::write_checkpoint(
+                &self.dir,
+                &Checkpoint {
+                    uid: self.pod.uid.clone(),
+                    source: self.pod.source.clone(),
+                    admitted: self.admitted,
+                    manifest: self.pod.manifest.clone(),
+                },
+            )?;
+            log::info!("pod {} admitted from {}", self.pod.full_name(), self.pod.source);
+        }
+        Ok(())
+    }
+
+    /// After an agent restart: reattach to the monitor and settle what
+    /// happened to each container while nobody listened.
+    async fn adopt(&mut self) {
+        self.remove_orphan_bundles().await;
+        let has_instances = self.containers.iter().any(|c| c.record.view.container_id.is_some());
+        if !has_instances {
+            return;
+        }
+        if let Ok(connection) = monitor_client::connect(&self.dir, self.exits_tx.clone()).await {
+            self.monitor = Some(connection);
+        }
+        let exits = crate::monitor::recorded_exits(&self.dir);
+        let listed = self.ctx.runtime.list().await.unwrap_or_default();
+        for i in 0..self.containers.len() {
+            let view = &self.containers[i].record.view;
+            let Some(id) = view.container_id.clone() else { continue };
+            if view.terminated.is_some() {
+                continue;
+            }
+            if let Some(exit) = exits.iter().find(|e| e.id == id) {
+                self.record_exit(i, exit.clone(), "exited while the agent was down");
+                continue;
+            }
+            match listed.iter().find(|s| s.id == id).map(|s| s.status.as_str()) {
+                Some("running") => {
+                    log::info!("pod {}: adopted running container {}", self.pod.full_name(), view.name);
+                }
+                other => {
+                    // Created but never started, or gone without a recorded
+                    // exit (its monitor died): upstream calls this unknown.
+                    log::warn!(
+                        "pod {}: container {} is {:?} with no recorded exit",
+                        self.pod.full_name(),
+                        view.name,
+                        other.unwrap_or("gone")
+                    );
+                    let exit = Exit {
+                        id: id.clone(),
+                        pid: 0,
+                        exit_code: 137,
+                        signal: None,
+                        finished_at: Timestamp::now(),
+                    };
+                    self.record_exit(i, exit, "");
+                    if let Some(t) = &mut self.containers[i].record.view.terminated {
+                        t.reason = "ContainerStatusUnknown".into();
+                    }
+                }
+            }
+        }
+        self.save_containers();
+    }
+
+    /// Bundles no container record names: left by a crash while an
+    /// instance was being prepared.
+    async fn remove_orphan_bundles(&self) {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("containers")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            let named = self
+                .containers
+                .iter()
+                .any(|c| c.record.view.container_id.as_deref() == Some(id.as_str()) && c.record.view.terminated.is_none());
+            if !named {
+                log::info!("pod {}: removing leftover container {id}", self.pod.full_name());
+                if let Err(e) = Bundle::new(&self.dir, &id).remove(&self.ctx.runtime, &id).await {
+                    log::warn!("pod {}: {e}", self.pod.full_name());
+                }
+            }
+        }
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        self.containers.iter().filter_map(|c| c.retry_at).min()
+    }
+
+    async fn wait(&self, until: Option<Instant>) -> Wake {
+        let control = async { Wake::Control(self.control.recv().await.ok()) };
+        let exit = async {
+            match self.exits_rx.recv().await {
+                Ok(e) => Wake::Exit(e),
+                // Never closed: the worker holds a sender.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        let timer = async {
+            match until {
+                Some(at) => {
+                    smol::Timer::at(at).await;
+                    Wake::Timer
+                }
+                None => std::future::pending().await,
+            }
+        };
+        control.or(exit).or(timer).await
+    }
+
+    /// Whether the container should get a new instance now that its current
+    /// one ended, by the pod's restart policy.
+    fn wants_restart(&self, terminated: &Terminated) -> bool {
+        match self.pod.restart_policy {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => terminated.exit_code != 0,
+            RestartPolicy::Never => false,
+        }
+    }
+
+    async fn ensure_sandbox(&mut self) -> bool {
+        if self.paths.is_some() && self.monitor.is_some() {
+            return true;
+        }
+        let result = async {
+            if self.paths.is_none() {
+                self.paths = Some(sandbox::create(&self.pod, &self.dir).await.map_err(|e| e.to_string())?);
+            }
+            if self.monitor.is_none() {
+                self.monitor = Some(
+                    monitor_client::connect_or_start(&self.dir, &self.ctx.monitor, self.exits_tx.clone())
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            Ok::<(), String>(())
+        }
+        .await;
+        match result {
+            Ok(()) => true,
+            Err(message) => {
+                log::error!("pod {}: sandbox: {message}", self.pod.full_name());
+                let now = Instant::now();
+                self.sandbox_backoff.record_attempt(now);
+                let retry = now + self.sandbox_backoff.delay(now).unwrap_or(Duration::from_secs(10));
+                for c in &mut self.containers {
+                    if c.record.view.running_since.is_none() {
+                        c.record.view.waiting = Some(("CreatePodSandboxError".into(), message.clone()));
+                        c.retry_at = Some(retry);
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    async fn sync(&mut self) {
+        let now = Instant::now();
+        for c in &mut self.containers {
+            if c.retry_at.is_some_and(|t| t <= now) {
+                c.retry_at = None;
+            }
+        }
+        if !self.ensure_sandbox().await {
+            return;
+        }
+        for i in 0..self.containers.len() {
+            if self.containers[i].retry_at.is_some() {
+                continue;
+            }
+            let view = &self.containers[i].record.view;
+            let running = view.container_id.is_some() && view.terminated.is_none();
+            if running {
+                continue;
+            }
+            if let Some(terminated) = view.terminated.clone() {
+                if !self.wants_restart(&terminated) {
+                    continue;
+                }
+                let c = &mut self.containers[i];
+                let last_end = c.exited_at.unwrap_or(now);
+                if let Some(until) = c.restart_backoff.wait_until(last_end, now) {
+                    let delay = c.restart_backoff.delay(now).unwrap_or_default();
+                    c.record.view.waiting = Some((
+                        "CrashLoopBackOff".into(),
+                        format!(
+                            "back-off {}s restarting failed container={} pod={}_{}({})",
+                            delay.as_secs(),
+                            c.record.view.name,
+                            self.pod.name,
+                            self.pod.namespace,
+                            self.pod.uid
+                        ),
+                    ));
+                    c.retry_at = Some(until);
+                    continue;
+                }
+            }
+            self.start_container(i).await;
+        }
+        self.save_containers();
+    }
+
+    /// Pulls the image, creates and starts a new instance of container `i`.
+    async fn start_container(&mut self, i: usize) {
+        let spec_container: Container = self.pod.containers[i].clone();
+        let now = Instant::now();
+        {
+            let c = &mut self.containers[i];
+            if let Some(failed_at) = c.setup_failed_at
+                && let Some(until) = c.setup_backoff.wait_until(failed_at, now)
+            {
+                if let Some((reason, message)) = &mut c.record.view.waiting
+                    && reason == "ErrImagePull"
+                {
+                    *reason = "ImagePullBackOff".into();
+                    *message = format!("Back-off pulling image {:?}", spec_container.image);
+                }
+                c.retry_at = Some(until);
+                return;
+            }
+            if c.record.view.terminated.is_none() && c.record.view.waiting.is_none() {
+                c.record.view.waiting = Some(("ContainerCreating".into(), String::new()));
+            }
+        }
+        self.write_status();
+
+        let image = match self.ctx.images.ensure(&spec_container.image, spec_container.pull_policy).await {
+            Ok(image) => image,
+            Err(e) => {
+                let reason = match &e {
+                    ImageError::InvalidName(_) => "InvalidImageName",
+                    ImageError::NeverPull { .. } => "ErrImageNeverPull",
+                    _ => "ErrImagePull",
+                };
+                log::warn!("pod {}: container {}: {e}", self.pod.full_name(), spec_container.name);
+                self.setup_failed(i, reason, e.to_string());
+                return;
+            }
+        };
+
+        let id = crate::state::random_hex();
+        let bundle = Bundle::new(&self.dir, &id);
+        let qos = self.pod.qos;
+        // A crash between here and save_containers leaves a bundle no record
+        // names; adoption removes such bundles.
+        let prepared = (|| {
+            let rootfs = bundle.mount_rootfs(&image.layers).map_err(|e| ("CreateContainerError", e.to_string()))?;
+            let paths = self.paths.as_ref().ok_or(("CreateContainerError", "no sandbox".to_owned()))?;
+            let spec = spec::build(&SpecInput {
+                pod: &self.pod,
+                container: &spec_container,
+                image: &image.config,
+                rootfs: &rootfs,
+                paths,
+                cgroups_path: self.ctx.cgroups.container_path(qos, &self.pod.uid, &id),
+                memory_capacity: self.ctx.memory_capacity,
+            })
+            .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
+            bundle.write_spec(&spec).map_err(|e| ("CreateContainerError", e.to_string()))
+        })();
+        if let Err((reason, message)) = prepared {
+            log::warn!("pod {}: container {}: {message}", self.pod.full_name(), spec_container.name);
+            let _ = bundle.remove(&self.ctx.runtime, &id).await;
+            self.setup_failed(i, reason, message);
+            return;
+        }
+
+        let restart_count = {
+            let c = &mut self.containers[i];
+            if let Some(previous) = c.record.view.terminated.take() {
+                c.record.view.last_terminated = Some(previous);
+                c.record.view.restart_count += 1;
+            }
+            c.record.view.image_id = image.id.clone();
+            c.record.view.container_id = Some(id.clone());
+            c.record.view.running_since = None;
+            c.record.stop_signal = image.config.stop_signal.clone();
+            c.record.view.restart_count
+        };
+        self.save_containers();
+        let log_path = self.log_path(&spec_container.name, restart_count);
+
+        let started = async {
+            let monitor = self.monitor.as_mut().ok_or("no monitor".to_owned())?;
+            monitor.create(&id, &bundle.dir, &log_path).await.map_err(|e| e.to_string())?;
+            self.ctx.runtime.start(&id).await.map_err(|e| e.to_string())
+        }
+        .await;
+        let c = &mut self.containers[i];
+        c.setup_failed_at = None;
+        c.record.view.waiting = None;
+        let started_at = Timestamp::now();
+        match started {
+            Ok(()) => {
+                c.record.view.running_since = Some(started_at);
+                c.restart_backoff.record_attempt(Instant::now());
+                log::info!(
+                    "pod {}: started container {} ({id}, restart {restart_count})",
+                    self.pod.full_name(),
+                    spec_container.name
+                );
+            }
+            Err(message) => {
+                // As upstream: a container that fails to start has ended,
+                // with exit code 128, and the restart policy applies.
+                log::warn!("pod {}: container {} failed to start: {message}", self.pod.full_name(), spec_container.name);
+                c.record.view.terminated = Some(Terminated {
+                    exit_code: 128,
+                    signal: None,
+                    reason: "StartError".into(),
+                    started_at: None,
+                    finished_at: started_at,
+                    container_id: id.clone(),
+                });
+                c.exited_at = Some(Instant::now());
+                c.restart_backoff.record_attempt(Instant::now());
+                let _ = bundle.remove(&self.ctx.runtime, &id).await;
+            }
+        }
+        self.prune_logs(i);
+    }
+
+    fn setup_failed(&mut self, i: usize, reason: &str, message: String) {
+        let now = Instant::now();
+        let c = &mut self.containers[i];
+        c.setup_backoff.record_attempt(now);
+        c.setup_failed_at = Some(now);
+        c.record.view.waiting = Some((reason.to_owned(), message));
+        // ErrImagePull shows until the next sync, which then reports
+        // ImagePullBackOff for the rest of the delay, as upstream.
+        c.retry_at = if reason == "ErrImagePull" {
+            Some(now + Duration::from_secs(1))
+        } else {
+            c.setup_backoff.wait_until(now, now)
+        };
+    }
+
+    fn log_path(&self, container: &str, restart_count: u32) -> PathBuf {
+        self.ctx
+            .config
+            .pod_logs_dir
+            .join(self.pod.log_dir_name())
+            .join(container)
+            .join(format!("{restart_count}.log"))
+    }
+
+    /// Keeps the current and the previous instance's logs (what `logs
+    /// --previous` needs), as upstream's container GC does.
+    fn prune_logs(&self, i: usize) {
+        let view = &self.containers[i].record.view;
+        let dir = self.ctx.config.pod_logs_dir.join(self.pod.log_dir_name()).join(&view.name);
+        let Ok(entries) = std::fs::read_dir(&dir) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let count: Option<u32> = name.split('.').next().and_then(|n| n.parse().ok());
+            if count.is_some_and(|n| n + 1 < view.restart_count) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    fn record_exit(&mut self, i: usize, exit: Exit, note: &str) {
+        let c = &mut self.containers[i];
+        let reason = if exit.exit_code == 0 { "Completed" } else { "Error" };
+        c.record.view.terminated = Some(Terminated {
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            reason: reason.into(),
+            started_at: c.record.view.running_since,
+            finished_at: exit.finished_at,
+            container_id: exit.id.clone(),
+        });
+        c.record.view.running_since = None;
+        c.exited_at = Some(Instant::now());
+        log::info!(
+            "pod {}: container {} exited with code {}{}",
+            self.pod.full_name(),
+            c.record.view.name,
+            exit.exit_code,
+            if note.is_empty() { String::new() } else { format!(" ({note})") }
+        );
+    }
+
+    async fn on_exit(&mut self, exit: Exit) {
+        let Some(i) = self.containers.iter().position(|c| {
+            c.record.view.container_id.as_deref() == Some(exit.id.as_str()) && c.record.view.terminated.is_none()
+        }) else {
+            return;
+        };
+        let id = exit.id.clone();
+        self.record_exit(i, exit, "");
+        self.save_containers();
+        self.write_status();
+        // The instance is over; its logs stay, its runtime state and rootfs go.
+        if let Err(e) = Bundle::new(&self.dir, &id).remove(&self.ctx.runtime, &id).await {
+            log::warn!("pod {}: removing container {id}: {e}", self.pod.full_name());
+        }
+        let _ = std::fs::remove_file(self.dir.join(crate::runtime::protocol::EXITS_DIR).join(format!("{id}.json")));
+    }
+
+    fn save_containers(&self) {
+        let records: Vec<ContainerRecord> = self.containers.iter().map(|c| c.record.clone()).collect();
+        if let Err(e) = checkpoint::write_containers(&self.dir, &records) {
+            log::error!("pod {}: {e}", self.pod.full_name());
+        }
+    }
+
+    fn write_status(&mut self) {
+        let views: Vec<ContainerView> = self.containers.iter().map(|c| c.record.view.clone()).collect();
+        let mut status = status::pod_status(
+            &self.pod,
+            &views,
+            self.ctx.runtime.kind.name(),
+            self.admitted,
+            &[],
+            self.terminating,
+        );
+        status::carry_transition_times(self.last_status.as_ref(), &mut status);
+        if self.last_status.as_ref() == Some(&status) {
+            return;
+        }
+        let record = PodRecord {
+            uid: self.pod.uid.clone(),
+            namespace: self.pod.namespace.clone(),
+            name: self.pod.name.clone(),
+            source: self.pod.source.clone(),
+            admitted: self.admitted,
+            terminating: self.terminating,
+            log_dir: self.ctx.config.pod_logs_dir.join(self.pod.log_dir_name()),
+            status: status.clone(),
+        };
+        if let Err(e) = checkpoint::write_record(&self.dir, &record) {
+            log::error!("pod {}: {e}", self.pod.full_name());
+        }
+        self.last_status = Some(status);
+    }
+
+    /// Stops every container (stop signal, grace period, SIGKILL), then
+    /// removes everything of the pod.
+    async fn terminate(&mut self) {
+        let name = self.pod.full_name();
+        log::info!("pod {name}: terminating (grace period {:?})", self.pod.termination_grace);
+        self.write_status();
+        let running: Vec<(usize, String)> = self
+            .containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.record.view.terminated.is_none())
+            .filter_map(|(i, c)| c.record.view.container_id.clone().map(|id| (i, id)))
+            .collect();
+        for (i, id) in &running {
+            let signal = self.containers[*i]
+                .record
+                .stop_signal
+                .clone()
+                .map(|s| s.trim_start_matches("SIG").to_owned())
+                .unwrap_or_else(|| "TERM".into());
+            if let Err(e) = self.ctx.runtime.kill(id, &signal).await {
+                log::warn!("pod {name}: {e}");
+            }
+        }
+        let deadline = Instant::now() + self.pod.termination_grace;
+        if !self.wait_for_exits(deadline).await {
+            for (_, id) in &running {
+                if let Err(e) = self.ctx.runtime.kill(id, "KILL").await {
+                    log::warn!("pod {name}: {e}");
+                }
+            }
+            self.wait_for_exits(Instant::now() + Duration::from_secs(10)).await;
+        }
+        for (_, id) in &running {
+            if let Err(e) = Bundle::new(&self.dir, id).remove(&self.ctx.runtime, id).await {
+                log::warn!("pod {name}: removing container {id}: {e}");
+            }
+        }
+        self.cleanup().await;
+        log::info!("pod {name}: terminated and removed");
+    }
+
+    /// Waits for every instance to have exited; false at the deadline.
+    async fn wait_for_exits(&mut self, deadline: Instant) -> bool {
+        loop {
+            let still_running: Vec<String> = self
+                .containers
+                .iter()
+                .filter(|c| c.record.view.terminated.is_none())
+                .filter_map(|c| c.record.view.container_id.clone())
+                .collect();
+            if still_running.is_empty() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            // Exits come from the monitor; the runtime is asked too, once a
+            // second, in case the monitor is gone.
+            let next = deadline.min(Instant::now() + Duration::from_secs(1));
+            let exit = async { self.exits_rx.recv().await.ok() };
+            let timer = async {
+                smol::Timer::at(next).await;
+                None
+            };
+            match exit.or(timer).await {
+                Some(exit) => {
+                    if let Some(i) = self
+                        .containers
+                        .iter()
+                        .position(|c| c.record.view.container_id.as_deref() == Some(exit.id.as_str()))
+                    {
+                        self.record_exit(i, exit, "");
+                    }
+                }
+                None => {
+                    let listed = self.ctx.runtime.list().await.unwrap_or_default();
+                    for id in still_running {
+                        let alive = listed.iter().any(|s| s.id == id && s.status != "stopped");
+                        if !alive
+                            && let Some(i) = self
+                                .containers
+                                .iter()
+                                .position(|c| c.record.view.container_id.as_deref() == Some(id.as_str()))
+                        {
+                            let exit = Exit {
+                                id,
+                                pid: 0,
+                                exit_code: 137,
+                                signal: None,
+                                finished_at: Timestamp::now(),
+                            };
+                            self.record_exit(i, exit, "seen stopped by the runtime");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes the pod's sandbox, monitor, cgroups, logs and state.
+    async fn cleanup(&mut self) {
+        let name = self.pod.full_name();
+        if let Some(mut monitor) = self.monitor.take()
+            && let Err(e) = monitor.shutdown().await
+        {
+            log::warn!("pod {name}: {e}");
+        }
+        remove_pod_state(&self.ctx, &self.dir, self.pod.qos, &self.pod.uid, &self.ctx.config.pod_logs_dir.join(self.pod.log_dir_name())).await;
+    }
+}
+
+/// Removes what a pod left on the host. Also used for pods whose checkpoint
+/// cannot be read any more. Idempotent.
+pub async fn remove_pod_state(ctx: &Context, dir: &Path, qos: crate::pod::QosClass, uid: &str, log_dir: &Path) {
+    // Containers the runtime still knows under this pod's bundles.
+    if let Ok(listed) = ctx.runtime.list().await {
+        let containers_dir = dir.join("containers");
+        for state in listed {
+            if containers_dir.join(&state.id).is_dir() {
+                let _ = Bundle::new(dir, &state.id).remove(&ctx.runtime, &state.id).await;
+            }
+        }
+    }
+    if let Err(e) = sandbox::teardown(dir) {
+        log::warn!("pod {uid}: {e}");
+    }
+    if let Err(e) = ctx.cgroups.remove_pod(qos, uid) {
+        log::warn!("pod {uid}: {e}");
+    }
+    let (dir, log_dir) = (dir.to_owned(), log_dir.to_owned());
+    let removed = smol::unblock(move || {
+        crate::state::remove_tree(&log_dir)?;
+        crate::state::remove_tree(&dir)
+    })
+    .await;
+    if let Err(e) = removed {
+        log::warn!("pod {uid}: {e}");
+    }
+}

@@ -1,0 +1,217 @@
+//! `nanolet logs [-f] [--tail N] [--previous] [--timestamps] <ns>/<pod>
+//! [container]`: prints a container's CRI log file as plain text.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{CliError, pod_records};
+use crate::agent::checkpoint::PodRecord;
+use crate::monitor::log::parse_record;
+use crate::state::Layout;
+
+#[derive(Debug, Default, Clone)]
+pub struct LogsArgs {
+    pub target: String,
+    pub container: Option<String>,
+    pub follow: bool,
+    pub tail: Option<usize>,
+    pub previous: bool,
+    pub timestamps: bool,
+}
+
+fn find_pod(layout: &Layout, target: &str) -> Result<PodRecord, CliError> {
+    let (namespace, name) = target.split_once('/').unwrap_or(("default", target));
+    pod_records(layout)?
+        .into_iter()
+        .filter(|r| r.namespace == namespace && r.name == name)
+        .max_by_key(|r| (!r.terminating, r.admitted))
+        .ok_or_else(|| CliError::NotFound(format!("pod {namespace}/{name} not found")))
+}
+
+/// The container's name and restart count.
+fn find_container(record: &PodRecord, wanted: Option<&str>) -> Result<(String, u32), CliError> {
+    let statuses = record.status.container_statuses.as_deref().unwrap_or_default();
+    let names: Vec<&str> = statuses.iter().map(|s| s.name.as_str()).collect();
+    let status = match wanted {
+        Some(name) => statuses.iter().find(|s| s.name == name).ok_or_else(|| {
+            CliError::NotFound(format!(
+                "container {name} is not valid for pod {}: choose one of [{}]",
+                record.name,
+                names.join(" ")
+            ))
+        })?,
+        None if statuses.len() == 1 => &statuses[0],
+        None => {
+            return Err(CliError::NotFound(format!(
+                "a container name must be specified for pod {}, choose one of: [{}]",
+                record.name,
+                names.join(" ")
+            )));
+        }
+    };
+    Ok((status.name.clone(), status.restart_count.max(0) as u32))
+}
+
+fn container_running(layout: &Layout, record: &PodRecord, container: &str, restart_count: u32) -> bool {
+    let Ok(Some(now)) = crate::agent::checkpoint::read_record(&layout.pod(&record.uid)) else {
+        return false;
+    };
+    if now.terminating {
+        return false;
+    }
+    now.status.container_statuses.iter().flatten().any(|s| {
+        s.name == container
+            && (s.restart_count.max(0) as u32 > restart_count
+                || s.state.as_ref().is_none_or(|st| st.terminated.is_none()))
+    })
+}
+
+/// Turns CRI records into text: partial records are joined until the final
+/// one of the line.
+struct Printer {
+    timestamps: bool,
+    line: String,
+    first_time: Option<String>,
+}
+
+impl Printer {
+    fn record(&mut self, raw: &str, out: &mut Vec<String>) {
+        let Some((time, _stream, partial, text)) = parse_record(raw) else { return };
+        if self.first_time.is_none() {
+            self.first_time = Some(time.to_owned());
+        }
+        self.line.push_str(text);
+        if !partial {
+            let stamp = self.first_time.take().filter(|_| self.timestamps);
+            out.push(match stamp {
+                Some(t) => format!("{t} {}\n", self.line),
+                None => format!("{}\n", self.line),
+            });
+            self.line.clear();
+        }
+    }
+}
+
+pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let layout = Layout::new(state_dir);
+    let record = find_pod(&layout, &args.target)?;
+    let (container, restart_count) = find_container(&record, args.container.as_deref())?;
+    let count = if args.previous {
+        restart_count.checked_sub(1).ok_or_else(|| {
+            CliError::NotFound(format!("previous terminated container {container} in pod {} not found", record.name))
+        })?
+    } else {
+        restart_count
+    };
+    let path = record.log_dir.join(&container).join(format!("{count}.log"));
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| CliError::Io { path, source }
+    };
+    let mut printer = Printer {
+        timestamps: args.timestamps,
+        line: String::new(),
+        first_time: None,
+    };
+    let mut file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !args.previous => {
+            if !args.follow {
+                return Ok(()); // not started yet: no output, as kubectl
+            }
+            wait_for(&path)?
+        }
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(io_err(&path))?;
+    let mut lines = Vec::new();
+    let complete = text.rfind('\n').map_or(0, |i| i + 1);
+    for raw in text[..complete].lines() {
+        printer.record(raw, &mut lines);
+    }
+    let mut pending = text[complete..].to_owned();
+    let skip = args.tail.map_or(0, |n| lines.len().saturating_sub(n));
+    for line in &lines[skip..] {
+        out.write_all(line.as_bytes()).map_err(io_err(Path::new("stdout")))?;
+    }
+    if !args.follow || args.previous {
+        return Ok(());
+    }
+    out.flush().map_err(io_err(Path::new("stdout")))?;
+    follow(&layout, &record, &container, count, path, file, &mut printer, &mut pending, out)
+}
+
+fn wait_for(path: &Path) -> Result<File, CliError> {
+    loop {
+        if let Ok(f) = File::open(path) {
+            return Ok(f);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Follows the file through rotations and into the next instance's file
+/// after a restart; ends when the container has ended and all is printed.
+#[allow(clippy::too_many_arguments)]
+fn follow(
+    layout: &Layout,
+    record: &PodRecord,
+    container: &str,
+    mut count: u32,
+    mut path: PathBuf,
+    mut file: File,
+    printer: &mut Printer,
+    pending: &mut String,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let io_err = |source| CliError::Io {
+        path: "log".into(),
+        source,
+    };
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        file.read_to_end(&mut buf).map_err(io_err)?;
+        let got_data = !buf.is_empty();
+        pending.push_str(&String::from_utf8_lossy(&buf));
+        if let Some(end) = pending.rfind('\n') {
+            let complete: String = pending.drain(..=end).collect();
+            let mut lines = Vec::new();
+            for raw in complete.lines() {
+                printer.record(raw, &mut lines);
+            }
+            for line in lines {
+                out.write_all(line.as_bytes()).map_err(io_err)?;
+            }
+            out.flush().map_err(io_err)?;
+        }
+        if got_data {
+            continue;
+        }
+        // Rotated: the path now names a new file.
+        let rotated = match (std::fs::metadata(&path), file.metadata()) {
+            (Ok(on_disk), Ok(open)) => on_disk.ino() != open.ino(),
+            _ => false,
+        };
+        if rotated {
+            file = File::open(&path).map_err(io_err)?;
+            continue;
+        }
+        let next = path.with_file_name(format!("{}.log", count + 1));
+        if next.exists() {
+            count += 1;
+            path = next;
+            file = File::open(&path).map_err(io_err)?;
+            file.seek(SeekFrom::Start(0)).map_err(io_err)?;
+            continue;
+        }
+        if !container_running(layout, record, container, count) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
