@@ -148,8 +148,8 @@ impl Config {
         let mut kubelet = KubeletConfigurationDoc::default();
         let mut nanolet = NanoletConfigurationDoc::default();
         for document in serde_yaml_ng::Deserializer::from_str(text) {
-            let value = serde_yaml_ng::Value::deserialize(document)
-                .map_err(|e| invalid(e.to_string()))?;
+            let value =
+                serde_yaml_ng::Value::deserialize(document).map_err(|e| invalid(e.to_string()))?;
             if value.is_null() {
                 continue;
             }
@@ -206,8 +206,9 @@ impl Config {
         }
         if let Some(runtime) = nanolet.runtime {
             if let Some(name) = runtime.name {
-                config.runtime = RuntimeKind::parse(&name)
-                    .ok_or_else(|| invalid(format!("runtime.name: {name:?} is not runc or crun")))?;
+                config.runtime = RuntimeKind::parse(&name).ok_or_else(|| {
+                    invalid(format!("runtime.name: {name:?} is not runc or crun"))
+                })?;
                 config.runtime_path = PathBuf::from(config.runtime.name());
             }
             if let Some(path) = runtime.path {
@@ -231,8 +232,9 @@ impl Config {
             "pod-logs-dir" => self.pod_logs_dir = value.into(),
             "cgroup-root" => self.cgroup_root = value.into(),
             "runtime" => {
-                self.runtime = RuntimeKind::parse(value)
-                    .ok_or_else(|| ConfigError::Flag(format!("--runtime: {value:?} is not runc or crun")))?;
+                self.runtime = RuntimeKind::parse(value).ok_or_else(|| {
+                    ConfigError::Flag(format!("--runtime: {value:?} is not runc or crun"))
+                })?;
                 self.runtime_path = PathBuf::from(self.runtime.name());
             }
             "runtime-path" => self.runtime_path = value.into(),
@@ -242,11 +244,10 @@ impl Config {
                     .map_err(|e| ConfigError::Flag(format!("--container-log-max-size: {e}")))?
             }
             "container-log-max-files" => {
-                self.container_log_max_files = value
-                    .parse()
-                    .ok()
-                    .filter(|n| *n >= 2)
-                    .ok_or_else(|| ConfigError::Flag("--container-log-max-files: need an integer ≥ 2".into()))?
+                self.container_log_max_files =
+                    value.parse().ok().filter(|n| *n >= 2).ok_or_else(|| {
+                        ConfigError::Flag("--container-log-max-files: need an integer ≥ 2".into())
+                    })?
             }
             _ => return Ok(false),
         }
@@ -273,9 +274,12 @@ mod tests {
 
     #[test]
     fn unknown_key_names_key_and_file() {
-        let err = Config::parse("kind: KubeletConfiguration\nstaticPodPth: /m\n", Path::new("/etc/n.yaml"))
-            .unwrap_err()
-            .to_string();
+        let err = Config::parse(
+            "kind: KubeletConfiguration\nstaticPodPth: /m\n",
+            Path::new("/etc/n.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("/etc/n.yaml"), "{err}");
         assert!(err.contains("staticPodPth"), "{err}");
     }
@@ -283,7 +287,13 @@ mod tests {
     #[test]
     fn invalid_values() {
         assert!(Config::parse("containerLogMaxSize: ten\n", Path::new("c")).is_err());
-        assert!(Config::parse("kind: NanoletConfiguration\nruntime: {name: docker}\n", Path::new("c")).is_err());
+        assert!(
+            Config::parse(
+                "kind: NanoletConfiguration\nruntime: {name: docker}\n",
+                Path::new("c")
+            )
+            .is_err()
+        );
         assert!(Config::parse("kind: Other\n", Path::new("c")).is_err());
         assert!(Config::parse("a: [\n", Path::new("c")).is_err());
     }

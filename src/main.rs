@@ -162,7 +162,9 @@ fn cmd_logs(mut parser: lexopt::Parser) -> anyhow::Result<()> {
         }
     }
     let mut positional = positional.into_iter();
-    args.target = positional.next().ok_or_else(|| Usage("logs: which pod? NS/POD".into()))?;
+    args.target = positional
+        .next()
+        .ok_or_else(|| Usage("logs: which pod? NS/POD".into()))?;
     args.container = positional.next();
     if positional.next().is_some() {
         bail!(Usage("logs: too many arguments".into()));
@@ -188,8 +190,12 @@ fn cmd_monitor(mut parser: lexopt::Parser) -> anyhow::Result<()> {
             other => return Err(other.unexpected().into()),
         }
     }
-    let (Some(pod_dir), Some(runtime_path), Some(runtime_root)) = (pod_dir, runtime_path, runtime_root) else {
-        bail!(Usage("monitor: --pod-dir, --runtime-path and --runtime-root are required".into()));
+    let (Some(pod_dir), Some(runtime_path), Some(runtime_root)) =
+        (pod_dir, runtime_path, runtime_root)
+    else {
+        bail!(Usage(
+            "monitor: --pod-dir, --runtime-path and --runtime-root are required".into()
+        ));
     };
     monitor::start(monitor::Args {
         pod_dir,

@@ -17,7 +17,12 @@ pub struct MountError {
 
 /// Mounts an overlay of `lower` (bottom first) with a writable `upper` at
 /// `target`.
-pub fn overlay(lower: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> Result<(), MountError> {
+pub fn overlay(
+    lower: &[PathBuf],
+    upper: &Path,
+    work: &Path,
+    target: &Path,
+) -> Result<(), MountError> {
     // overlayfs lists lower dirs top first.
     let lowers: Vec<String> = lower
         .iter()
@@ -30,18 +35,30 @@ pub fn overlay(lower: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> R
         upper.display(),
         work.display()
     );
-    mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(options.as_str())).map_err(|source| {
-        MountError {
-            what: "mounting overlay on",
-            path: target.to_owned(),
-            source,
-        }
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(options.as_str()),
+    )
+    .map_err(|source| MountError {
+        what: "mounting overlay on",
+        path: target.to_owned(),
+        source,
     })
 }
 
 /// Bind-mounts `source` on `target` (which must exist).
 pub fn bind(source: &Path, target: &Path) -> Result<(), MountError> {
-    mount(Some(source), target, None::<&str>, MsFlags::MS_BIND, None::<&str>).map_err(|e| MountError {
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| MountError {
         what: "bind-mounting on",
         path: target.to_owned(),
         source: e,
@@ -94,7 +111,12 @@ fn unescape_mountinfo(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
             let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
             out.push(v);
             i += 4;

@@ -22,7 +22,8 @@ pub fn parse_milli(text: &str) -> Result<u128, QuantityError> {
         return Err(err());
     }
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    if !int_part.chars().all(|c| c.is_ascii_digit()) || !frac_part.chars().all(|c| c.is_ascii_digit())
+    if !int_part.chars().all(|c| c.is_ascii_digit())
+        || !frac_part.chars().all(|c| c.is_ascii_digit())
     {
         return Err(err());
     }
@@ -59,11 +60,6 @@ pub fn parse_milli(text: &str) -> Result<u128, QuantityError> {
     let milli_nanos = nanos.checked_mul(mul).ok_or_else(err)? / div;
     // Kubernetes rounds fractional milli-units up.
     Ok(milli_nanos.div_ceil(1_000_000))
-}
-
-/// Milli-CPU from a CPU quantity ("250m" → 250, "1" → 1000).
-pub fn parse_millicpu(text: &str) -> Result<u64, QuantityError> {
-    u64::try_from(parse_milli(text)?).map_err(|_| QuantityError(text.to_owned()))
 }
 
 /// Bytes from a memory or size quantity, rounded up.
@@ -112,13 +108,13 @@ mod tests {
 
     #[test]
     fn cpu_quantities() {
-        assert_eq!(parse_millicpu("250m"), Ok(250));
-        assert_eq!(parse_millicpu("1"), Ok(1000));
-        assert_eq!(parse_millicpu("0.5"), Ok(500));
-        assert_eq!(parse_millicpu("1.0001"), Ok(1001));
-        assert!(parse_millicpu("abc").is_err());
-        assert!(parse_millicpu("").is_err());
-        assert!(parse_millicpu("1x").is_err());
+        assert_eq!(parse_milli("250m"), Ok(250));
+        assert_eq!(parse_milli("1"), Ok(1000));
+        assert_eq!(parse_milli("0.5"), Ok(500));
+        assert_eq!(parse_milli("1.0001"), Ok(1001));
+        assert!(parse_milli("abc").is_err());
+        assert!(parse_milli("").is_err());
+        assert!(parse_milli("1x").is_err());
     }
 
     #[test]

@@ -154,10 +154,33 @@ pub fn random_hex() -> String {
 
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// A temp dir for unit tests, removed when dropped, also when the test
+/// panics.
+#[cfg(test)]
+pub struct TestDir(pub PathBuf);
+
+#[cfg(test)]
+impl TestDir {
+    pub fn new(prefix: &str) -> TestDir {
+        let dir = std::env::temp_dir().join(format!("nanolet-{prefix}-{}", random_hex()));
+        fs::create_dir_all(&dir).expect("creating a test dir");
+        TestDir(dir)
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
 
 #[cfg(test)]
@@ -166,15 +189,19 @@ mod tests {
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() {
-        let dir = std::env::temp_dir().join(format!("nanolet-state-{}", random_hex()));
-        create_dir_all(&dir, 0o700).unwrap();
+        let guard = TestDir::new("state");
+        let dir = guard.0.clone();
         let file = dir.join("x.json");
         write_json(&file, &vec![1, 2], 0o600).unwrap();
         write_json(&file, &vec![3], 0o600).unwrap();
         let back: Option<Vec<i32>> = read_json(&file).unwrap();
         assert_eq!(back, Some(vec![3]));
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
-        assert!(read_json::<Vec<i32>>(&dir.join("missing")).unwrap().is_none());
+        assert!(
+            read_json::<Vec<i32>>(&dir.join("missing"))
+                .unwrap()
+                .is_none()
+        );
         remove_tree(&dir).unwrap();
         remove_tree(&dir).unwrap();
     }

@@ -59,9 +59,17 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     state::create_dir_all(&layout.root, 0o700)?;
     state::create_dir_all(&layout.pods(), 0o700)?;
     state::create_dir_all(&config.pod_logs_dir, 0o755)?;
-    state::write_atomic(&layout.agent_pid(), std::process::id().to_string().as_bytes(), 0o644)?;
+    state::write_atomic(
+        &layout.agent_pid(),
+        std::process::id().to_string().as_bytes(),
+        0o644,
+    )?;
 
-    let runtime = Runtime::new(config.runtime, config.runtime_path.clone(), layout.runtime_root());
+    let runtime = Runtime::new(
+        config.runtime,
+        config.runtime_path.clone(),
+        layout.runtime_root(),
+    );
     let version = runtime.version().await.map_err(|e| AgentError::Runtime {
         path: config.runtime_path.display().to_string(),
         message: e.to_string(),
@@ -76,7 +84,8 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let http = Client::new(config.ca_file.clone(), config.insecure_registries.clone());
     let registry = Registry::new(http, config.registry_mirrors.clone());
     let store = Store::open(&layout.images())?;
-    let executable = std::env::current_exe().map_err(|e| AgentError::Setup(format!("own executable: {e}")))?;
+    let executable =
+        std::env::current_exe().map_err(|e| AgentError::Setup(format!("own executable: {e}")))?;
     let ctx = Rc::new(Context {
         images: ImageService::new(registry, store),
         monitor: MonitorSettings {
@@ -96,25 +105,26 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
 
     let (done_tx, done_rx) = smol::channel::unbounded::<String>();
     let mut workers: HashMap<String, WorkerHandle> = HashMap::new();
-    let spawn_worker = |pod: Pod, admitted: Timestamp, workers: &mut HashMap<String, WorkerHandle>| {
-        let (control, control_rx) = smol::channel::unbounded();
-        let uid = pod.uid.clone();
-        let worker = Worker::new(ctx.clone(), pod, admitted, control_rx);
-        let done = done_tx.clone();
-        let task_uid = uid.clone();
-        let task = crate::rt::spawn(async move {
-            worker.run().await;
-            let _ = done.send(task_uid).await;
-        });
-        workers.insert(
-            uid,
-            WorkerHandle {
-                control,
-                terminating: false,
-                _task: task,
-            },
-        );
-    };
+    let spawn_worker =
+        |pod: Pod, admitted: Timestamp, workers: &mut HashMap<String, WorkerHandle>| {
+            let (control, control_rx) = smol::channel::unbounded();
+            let uid = pod.uid.clone();
+            let worker = Worker::new(ctx.clone(), pod, admitted, control_rx);
+            let done = done_tx.clone();
+            let task_uid = uid.clone();
+            let task = crate::rt::spawn(async move {
+                worker.run().await;
+                let _ = done.send(task_uid).await;
+            });
+            workers.insert(
+                uid,
+                WorkerHandle {
+                    control,
+                    terminating: false,
+                    _task: task,
+                },
+            );
+        };
 
     // Adopt what the previous run admitted: its workers reattach to running
     // containers, or clean up pods that are no longer wanted.
@@ -123,13 +133,16 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         spawn_worker(pod, admitted, &mut workers);
     }
 
-    let mut source = ctx
-        .config
-        .static_pod_path
-        .clone()
-        .map(|dir| ManifestSource::new(dir, ctx.config.file_check_frequency, ctx.config.max_pods as usize));
-    let mut signals = async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])
-        .map_err(|e| AgentError::Setup(format!("signals: {e}")))?;
+    let mut source = ctx.config.static_pod_path.clone().map(|dir| {
+        ManifestSource::new(
+            dir,
+            ctx.config.file_check_frequency,
+            ctx.config.max_pods as usize,
+        )
+    });
+    let mut signals =
+        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])
+            .map_err(|e| AgentError::Setup(format!("signals: {e}")))?;
     let mut reported: Vec<(String, usize, String)> = Vec::new();
 
     loop {
@@ -137,8 +150,11 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             Some(s) => s.scan().await,
             None => Default::default(),
         };
-        let now_rejected: Vec<(String, usize, String)> =
-            scan.rejected.iter().map(|r| (r.file.clone(), r.index, r.reason.clone())).collect();
+        let now_rejected: Vec<(String, usize, String)> = scan
+            .rejected
+            .iter()
+            .map(|r| (r.file.clone(), r.index, r.reason.clone()))
+            .collect();
         if now_rejected != reported {
             for r in &scan.rejected {
                 if !reported.contains(&(r.file.clone(), r.index, r.reason.clone())) {
@@ -150,7 +166,8 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         if let Err(e) = state::write_json(&ctx.layout.rejected_manifests(), &scan.rejected, 0o644) {
             log::error!("{e}");
         }
-        let desired: HashMap<String, Pod> = scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+        let desired: HashMap<String, Pod> =
+            scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
         for (uid, handle) in workers.iter_mut() {
             if !desired.contains_key(uid) && !handle.terminating {
                 handle.terminating = true;
@@ -212,21 +229,37 @@ async fn adopt_checkpoints(ctx: &Rc<Context>) -> Vec<(Pod, Timestamp)> {
         let checkpoint = checkpoint::read_checkpoint(&dir).ok().flatten();
         let pod = checkpoint.as_ref().and_then(|c| {
             let value = serde_json::to_value(&c.manifest).ok()?;
-            crate::pod::validate(&value, &c.source, &c.uid).ok().map(|p| (p, c.admitted))
+            crate::pod::validate(&value, &c.source, &c.uid)
+                .ok()
+                .map(|p| (p, c.admitted))
         });
         match pod {
             Some((pod, admitted)) if pod.uid == uid => pods.push((pod, admitted)),
             _ => {
-                log::warn!("pod dir {} has no usable checkpoint; removing it", dir.display());
+                log::warn!(
+                    "pod dir {} has no usable checkpoint; removing it",
+                    dir.display()
+                );
                 let log_dir = checkpoint::read_record(&dir)
                     .ok()
                     .flatten()
                     .map(|r| r.log_dir)
                     .unwrap_or_else(|| ctx.config.pod_logs_dir.join(format!("_none_{uid}")));
-                for qos in [crate::pod::QosClass::Guaranteed, crate::pod::QosClass::Burstable, crate::pod::QosClass::BestEffort] {
+                for qos in [
+                    crate::pod::QosClass::Guaranteed,
+                    crate::pod::QosClass::Burstable,
+                    crate::pod::QosClass::BestEffort,
+                ] {
                     let _ = ctx.cgroups.remove_pod(qos, &uid);
                 }
-                worker::remove_pod_state(ctx, &dir, crate::pod::QosClass::BestEffort, &uid, &log_dir).await;
+                worker::remove_pod_state(
+                    ctx,
+                    &dir,
+                    crate::pod::QosClass::BestEffort,
+                    &uid,
+                    &log_dir,
+                )
+                .await;
             }
         }
     }

@@ -61,7 +61,11 @@ impl ManifestSource {
         match watch.map(Async::new) {
             Ok(Ok(w)) => self.watch = Some(w),
             Ok(Err(e)) => log::warn!("watching {}: {e}", self.dir.display()),
-            Err(e) => log::debug!("watching {}: {e}; rescanning every {:?}", self.dir.display(), self.rescan),
+            Err(e) => log::debug!(
+                "watching {}: {e}; rescanning every {:?}",
+                self.dir.display(),
+                self.rescan
+            ),
         }
     }
 
@@ -80,7 +84,11 @@ impl ManifestSource {
                     let mut gone = false;
                     while let Ok(events) = watch.get_ref().read_events() {
                         gone |= events.iter().any(|e| {
-                            e.mask.intersects(AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF | AddWatchFlags::IN_IGNORED)
+                            e.mask.intersects(
+                                AddWatchFlags::IN_DELETE_SELF
+                                    | AddWatchFlags::IN_MOVE_SELF
+                                    | AddWatchFlags::IN_IGNORED,
+                            )
                         });
                         if events.is_empty() {
                             break;
@@ -88,7 +96,13 @@ impl ManifestSource {
                     }
                     gone
                 };
-                if event.or(async { timer.await; false }).await {
+                if event
+                    .or(async {
+                        timer.await;
+                        false
+                    })
+                    .await
+                {
                     self.watch = None;
                 }
             }
@@ -136,7 +150,8 @@ fn scan_dir(dir: &Path, max_pods: usize) -> Scan {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(t) => t,
                 Err(_) => {
-                    scan.rejected.push(reject(0, None, None, "not UTF-8 text".into()));
+                    scan.rejected
+                        .push(reject(0, None, None, "not UTF-8 text".into()));
                     continue;
                 }
             },
@@ -150,11 +165,15 @@ fn scan_dir(dir: &Path, max_pods: usize) -> Scan {
                 Document::Pod(pod) => {
                     let key = (pod.namespace.clone(), pod.name.clone());
                     if let Some(first) = names.get(&key) {
-                        let reason = format!("pod {} is already defined in {first}", pod.full_name());
-                        scan.rejected.push(reject(index, Some(key.0), Some(key.1), reason));
+                        let reason =
+                            format!("pod {} is already defined in {first}", pod.full_name());
+                        scan.rejected
+                            .push(reject(index, Some(key.0), Some(key.1), reason));
                     } else if scan.pods.len() >= max_pods {
-                        let reason = format!("OutOfpods: the node runs at most {max_pods} pods (maxPods)");
-                        scan.rejected.push(reject(index, Some(key.0), Some(key.1), reason));
+                        let reason =
+                            format!("OutOfpods: the node runs at most {max_pods} pods (maxPods)");
+                        scan.rejected
+                            .push(reject(index, Some(key.0), Some(key.1), reason));
                     } else {
                         names.insert(key, source.clone());
                         scan.pods.push(*pod);
@@ -178,8 +197,8 @@ mod tests {
 
     #[test]
     fn scan_reports_bad_files_and_duplicates() {
-        let dir = std::env::temp_dir().join(format!("nanolet-src-{}", crate::state::random_hex()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let guard = crate::state::TestDir::new("src");
+        let dir = guard.0.clone();
         let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: x:1}]}\n";
         std::fs::write(dir.join("1.yaml"), pod).unwrap();
         std::fs::write(dir.join("2.yaml"), pod).unwrap();
@@ -192,7 +211,11 @@ mod tests {
         assert!(scan.rejected[0].reason.contains("already defined"));
         assert!(scan.rejected[1].file.ends_with("3.yaml"));
         let capped = scan_dir(&dir, 0);
-        assert!(capped.rejected.iter().any(|r| r.reason.starts_with("OutOfpods")));
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            capped
+                .rejected
+                .iter()
+                .any(|r| r.reason.starts_with("OutOfpods"))
+        );
     }
 }

@@ -65,9 +65,17 @@ enum Wake {
 }
 
 impl Worker {
-    pub fn new(ctx: Rc<Context>, pod: Pod, admitted: Timestamp, control: Receiver<Control>) -> Worker {
+    pub fn new(
+        ctx: Rc<Context>,
+        pod: Pod,
+        admitted: Timestamp,
+        control: Receiver<Control>,
+    ) -> Worker {
         let dir = ctx.layout.pod(&pod.uid);
-        let saved = checkpoint::read_containers(&dir).ok().flatten().unwrap_or_default();
+        let saved = checkpoint::read_containers(&dir)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         let containers = pod
             .containers
             .iter()
@@ -124,7 +132,9 @@ impl Worker {
             self.write_status();
             let wake = self.next_wake();
             match self.wait(wake).await {
-                Wake::Control(Some(Control::Terminate)) | Wake::Control(None) => self.terminating = true,
+                Wake::Control(Some(Control::Terminate)) | Wake::Control(None) => {
+                    self.terminating = true
+                }
                 Wake::Exit(exit) => self.on_exit(exit).await,
                 Wake::Timer => {}
             }
@@ -143,7 +153,11 @@ impl Worker {
                     manifest: self.pod.manifest.clone(),
                 },
             )?;
-            log::info!("pod {} admitted from {}", self.pod.full_name(), self.pod.source);
+            log::info!(
+                "pod {} admitted from {}",
+                self.pod.full_name(),
+                self.pod.source
+            );
         }
         Ok(())
     }
@@ -152,7 +166,10 @@ impl Worker {
     /// happened to each container while nobody listened.
     async fn adopt(&mut self) {
         self.remove_orphan_bundles().await;
-        let has_instances = self.containers.iter().any(|c| c.record.view.container_id.is_some());
+        let has_instances = self
+            .containers
+            .iter()
+            .any(|c| c.record.view.container_id.is_some());
         if !has_instances {
             return;
         }
@@ -163,7 +180,9 @@ impl Worker {
         let listed = self.ctx.runtime.list().await.unwrap_or_default();
         for i in 0..self.containers.len() {
             let view = &self.containers[i].record.view;
-            let Some(id) = view.container_id.clone() else { continue };
+            let Some(id) = view.container_id.clone() else {
+                continue;
+            };
             if view.terminated.is_some() {
                 continue;
             }
@@ -171,9 +190,17 @@ impl Worker {
                 self.record_exit(i, exit.clone(), "exited while the agent was down");
                 continue;
             }
-            match listed.iter().find(|s| s.id == id).map(|s| s.status.as_str()) {
+            match listed
+                .iter()
+                .find(|s| s.id == id)
+                .map(|s| s.status.as_str())
+            {
                 Some("running") => {
-                    log::info!("pod {}: adopted running container {}", self.pod.full_name(), view.name);
+                    log::info!(
+                        "pod {}: adopted running container {}",
+                        self.pod.full_name(),
+                        view.name
+                    );
                 }
                 other => {
                     // Created but never started, or gone without a recorded
@@ -209,13 +236,19 @@ impl Worker {
         };
         for entry in entries.flatten() {
             let id = entry.file_name().to_string_lossy().into_owned();
-            let named = self
-                .containers
-                .iter()
-                .any(|c| c.record.view.container_id.as_deref() == Some(id.as_str()) && c.record.view.terminated.is_none());
+            let named = self.containers.iter().any(|c| {
+                c.record.view.container_id.as_deref() == Some(id.as_str())
+                    && c.record.view.terminated.is_none()
+            });
             if !named {
-                log::info!("pod {}: removing leftover container {id}", self.pod.full_name());
-                if let Err(e) = Bundle::new(&self.dir, &id).remove(&self.ctx.runtime, &id).await {
+                log::info!(
+                    "pod {}: removing leftover container {id}",
+                    self.pod.full_name()
+                );
+                if let Err(e) = Bundle::new(&self.dir, &id)
+                    .remove(&self.ctx.runtime, &id)
+                    .await
+                {
                     log::warn!("pod {}: {e}", self.pod.full_name());
                 }
             }
@@ -263,13 +296,21 @@ impl Worker {
         }
         let result = async {
             if self.paths.is_none() {
-                self.paths = Some(sandbox::create(&self.pod, &self.dir).await.map_err(|e| e.to_string())?);
+                self.paths = Some(
+                    sandbox::create(&self.pod, &self.dir)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
             }
             if self.monitor.is_none() {
                 self.monitor = Some(
-                    monitor_client::connect_or_start(&self.dir, &self.ctx.monitor, self.exits_tx.clone())
-                        .await
-                        .map_err(|e| e.to_string())?,
+                    monitor_client::connect_or_start(
+                        &self.dir,
+                        &self.ctx.monitor,
+                        self.exits_tx.clone(),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?,
                 );
             }
             Ok::<(), String>(())
@@ -281,10 +322,15 @@ impl Worker {
                 log::error!("pod {}: sandbox: {message}", self.pod.full_name());
                 let now = Instant::now();
                 self.sandbox_backoff.record_attempt(now);
-                let retry = now + self.sandbox_backoff.delay(now).unwrap_or(Duration::from_secs(10));
+                let retry = now
+                    + self
+                        .sandbox_backoff
+                        .delay(now)
+                        .unwrap_or(Duration::from_secs(10));
                 for c in &mut self.containers {
                     if c.record.view.running_since.is_none() {
-                        c.record.view.waiting = Some(("CreatePodSandboxError".into(), message.clone()));
+                        c.record.view.waiting =
+                            Some(("CreatePodSandboxError".into(), message.clone()));
                         c.retry_at = Some(retry);
                     }
                 }
@@ -364,7 +410,12 @@ impl Worker {
         }
         self.write_status();
 
-        let image = match self.ctx.images.ensure(&spec_container.image, spec_container.pull_policy).await {
+        let image = match self
+            .ctx
+            .images
+            .ensure(&spec_container.image, spec_container.pull_policy)
+            .await
+        {
             Ok(image) => image,
             Err(e) => {
                 let reason = match &e {
@@ -372,7 +423,11 @@ impl Worker {
                     ImageError::NeverPull { .. } => "ErrImageNeverPull",
                     _ => "ErrImagePull",
                 };
-                log::warn!("pod {}: container {}: {e}", self.pod.full_name(), spec_container.name);
+                log::warn!(
+                    "pod {}: container {}: {e}",
+                    self.pod.full_name(),
+                    spec_container.name
+                );
                 self.setup_failed(i, reason, e.to_string());
                 return;
             }
@@ -384,8 +439,13 @@ impl Worker {
         // A crash between here and save_containers leaves a bundle no record
         // names; adoption removes such bundles.
         let prepared = (|| {
-            let rootfs = bundle.mount_rootfs(&image.layers).map_err(|e| ("CreateContainerError", e.to_string()))?;
-            let paths = self.paths.as_ref().ok_or(("CreateContainerError", "no sandbox".to_owned()))?;
+            let rootfs = bundle
+                .mount_rootfs(&image.layers)
+                .map_err(|e| ("CreateContainerError", e.to_string()))?;
+            let paths = self
+                .paths
+                .as_ref()
+                .ok_or(("CreateContainerError", "no sandbox".to_owned()))?;
             let spec = spec::build(&SpecInput {
                 pod: &self.pod,
                 container: &spec_container,
@@ -396,10 +456,16 @@ impl Worker {
                 memory_capacity: self.ctx.memory_capacity,
             })
             .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
-            bundle.write_spec(&spec).map_err(|e| ("CreateContainerError", e.to_string()))
+            bundle
+                .write_spec(&spec)
+                .map_err(|e| ("CreateContainerError", e.to_string()))
         })();
         if let Err((reason, message)) = prepared {
-            log::warn!("pod {}: container {}: {message}", self.pod.full_name(), spec_container.name);
+            log::warn!(
+                "pod {}: container {}: {message}",
+                self.pod.full_name(),
+                spec_container.name
+            );
             let _ = bundle.remove(&self.ctx.runtime, &id).await;
             self.setup_failed(i, reason, message);
             return;
@@ -422,7 +488,10 @@ impl Worker {
 
         let started = async {
             let monitor = self.monitor.as_mut().ok_or("no monitor".to_owned())?;
-            monitor.create(&id, &bundle.dir, &log_path).await.map_err(|e| e.to_string())?;
+            monitor
+                .create(&id, &bundle.dir, &log_path)
+                .await
+                .map_err(|e| e.to_string())?;
             self.ctx.runtime.start(&id).await.map_err(|e| e.to_string())
         }
         .await;
@@ -433,7 +502,11 @@ impl Worker {
         match started {
             Ok(()) => {
                 c.record.view.running_since = Some(started_at);
-                c.restart_backoff.record_attempt(Instant::now());
+                // Upstream's backoff counts restarts: a first start, or the
+                // first restart after a quiet period, is immediate.
+                if restart_count > 0 {
+                    c.restart_backoff.record_attempt(Instant::now());
+                }
                 log::info!(
                     "pod {}: started container {} ({id}, restart {restart_count})",
                     self.pod.full_name(),
@@ -443,7 +516,11 @@ impl Worker {
             Err(message) => {
                 // As upstream: a container that fails to start has ended,
                 // with exit code 128, and the restart policy applies.
-                log::warn!("pod {}: container {} failed to start: {message}", self.pod.full_name(), spec_container.name);
+                log::warn!(
+                    "pod {}: container {} failed to start: {message}",
+                    self.pod.full_name(),
+                    spec_container.name
+                );
                 c.record.view.terminated = Some(Terminated {
                     exit_code: 128,
                     signal: None,
@@ -453,7 +530,9 @@ impl Worker {
                     container_id: id.clone(),
                 });
                 c.exited_at = Some(Instant::now());
-                c.restart_backoff.record_attempt(Instant::now());
+                if restart_count > 0 {
+                    c.restart_backoff.record_attempt(Instant::now());
+                }
                 let _ = bundle.remove(&self.ctx.runtime, &id).await;
             }
         }
@@ -488,8 +567,15 @@ impl Worker {
     /// --previous` needs), as upstream's container GC does.
     fn prune_logs(&self, i: usize) {
         let view = &self.containers[i].record.view;
-        let dir = self.ctx.config.pod_logs_dir.join(self.pod.log_dir_name()).join(&view.name);
-        let Ok(entries) = std::fs::read_dir(&dir) else { return };
+        let dir = self
+            .ctx
+            .config
+            .pod_logs_dir
+            .join(self.pod.log_dir_name())
+            .join(&view.name);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let count: Option<u32> = name.split('.').next().and_then(|n| n.parse().ok());
@@ -501,7 +587,11 @@ impl Worker {
 
     fn record_exit(&mut self, i: usize, exit: Exit, note: &str) {
         let c = &mut self.containers[i];
-        let reason = if exit.exit_code == 0 { "Completed" } else { "Error" };
+        let reason = if exit.exit_code == 0 {
+            "Completed"
+        } else {
+            "Error"
+        };
         c.record.view.terminated = Some(Terminated {
             exit_code: exit.exit_code,
             signal: exit.signal,
@@ -517,13 +607,18 @@ impl Worker {
             self.pod.full_name(),
             c.record.view.name,
             exit.exit_code,
-            if note.is_empty() { String::new() } else { format!(" ({note})") }
+            if note.is_empty() {
+                String::new()
+            } else {
+                format!(" ({note})")
+            }
         );
     }
 
     async fn on_exit(&mut self, exit: Exit) {
         let Some(i) = self.containers.iter().position(|c| {
-            c.record.view.container_id.as_deref() == Some(exit.id.as_str()) && c.record.view.terminated.is_none()
+            c.record.view.container_id.as_deref() == Some(exit.id.as_str())
+                && c.record.view.terminated.is_none()
         }) else {
             return;
         };
@@ -532,21 +627,33 @@ impl Worker {
         self.save_containers();
         self.write_status();
         // The instance is over; its logs stay, its runtime state and rootfs go.
-        if let Err(e) = Bundle::new(&self.dir, &id).remove(&self.ctx.runtime, &id).await {
+        if let Err(e) = Bundle::new(&self.dir, &id)
+            .remove(&self.ctx.runtime, &id)
+            .await
+        {
             log::warn!("pod {}: removing container {id}: {e}", self.pod.full_name());
         }
-        let _ = std::fs::remove_file(self.dir.join(crate::runtime::protocol::EXITS_DIR).join(format!("{id}.json")));
+        let _ = std::fs::remove_file(
+            self.dir
+                .join(crate::runtime::protocol::EXITS_DIR)
+                .join(format!("{id}.json")),
+        );
     }
 
     fn save_containers(&self) {
-        let records: Vec<ContainerRecord> = self.containers.iter().map(|c| c.record.clone()).collect();
+        let records: Vec<ContainerRecord> =
+            self.containers.iter().map(|c| c.record.clone()).collect();
         if let Err(e) = checkpoint::write_containers(&self.dir, &records) {
             log::error!("pod {}: {e}", self.pod.full_name());
         }
     }
 
     fn write_status(&mut self) {
-        let views: Vec<ContainerView> = self.containers.iter().map(|c| c.record.view.clone()).collect();
+        let views: Vec<ContainerView> = self
+            .containers
+            .iter()
+            .map(|c| c.record.view.clone())
+            .collect();
         let mut status = status::pod_status(
             &self.pod,
             &views,
@@ -579,7 +686,10 @@ impl Worker {
     /// removes everything of the pod.
     async fn terminate(&mut self) {
         let name = self.pod.full_name();
-        log::info!("pod {name}: terminating (grace period {:?})", self.pod.termination_grace);
+        log::info!(
+            "pod {name}: terminating (grace period {:?})",
+            self.pod.termination_grace
+        );
         self.write_status();
         let running: Vec<(usize, String)> = self
             .containers
@@ -606,10 +716,14 @@ impl Worker {
                     log::warn!("pod {name}: {e}");
                 }
             }
-            self.wait_for_exits(Instant::now() + Duration::from_secs(10)).await;
+            self.wait_for_exits(Instant::now() + Duration::from_secs(10))
+                .await;
         }
         for (_, id) in &running {
-            if let Err(e) = Bundle::new(&self.dir, id).remove(&self.ctx.runtime, id).await {
+            if let Err(e) = Bundle::new(&self.dir, id)
+                .remove(&self.ctx.runtime, id)
+                .await
+            {
                 log::warn!("pod {name}: removing container {id}: {e}");
             }
         }
@@ -642,11 +756,9 @@ impl Worker {
             };
             match exit.or(timer).await {
                 Some(exit) => {
-                    if let Some(i) = self
-                        .containers
-                        .iter()
-                        .position(|c| c.record.view.container_id.as_deref() == Some(exit.id.as_str()))
-                    {
+                    if let Some(i) = self.containers.iter().position(|c| {
+                        c.record.view.container_id.as_deref() == Some(exit.id.as_str())
+                    }) {
                         self.record_exit(i, exit, "");
                     }
                 }
@@ -655,10 +767,9 @@ impl Worker {
                     for id in still_running {
                         let alive = listed.iter().any(|s| s.id == id && s.status != "stopped");
                         if !alive
-                            && let Some(i) = self
-                                .containers
-                                .iter()
-                                .position(|c| c.record.view.container_id.as_deref() == Some(id.as_str()))
+                            && let Some(i) = self.containers.iter().position(|c| {
+                                c.record.view.container_id.as_deref() == Some(id.as_str())
+                            })
                         {
                             let exit = Exit {
                                 id,
@@ -683,19 +794,34 @@ impl Worker {
         {
             log::warn!("pod {name}: {e}");
         }
-        remove_pod_state(&self.ctx, &self.dir, self.pod.qos, &self.pod.uid, &self.ctx.config.pod_logs_dir.join(self.pod.log_dir_name())).await;
+        remove_pod_state(
+            &self.ctx,
+            &self.dir,
+            self.pod.qos,
+            &self.pod.uid,
+            &self.ctx.config.pod_logs_dir.join(self.pod.log_dir_name()),
+        )
+        .await;
     }
 }
 
 /// Removes what a pod left on the host. Also used for pods whose checkpoint
 /// cannot be read any more. Idempotent.
-pub async fn remove_pod_state(ctx: &Context, dir: &Path, qos: crate::pod::QosClass, uid: &str, log_dir: &Path) {
+pub async fn remove_pod_state(
+    ctx: &Context,
+    dir: &Path,
+    qos: crate::pod::QosClass,
+    uid: &str,
+    log_dir: &Path,
+) {
     // Containers the runtime still knows under this pod's bundles.
     if let Ok(listed) = ctx.runtime.list().await {
         let containers_dir = dir.join("containers");
         for state in listed {
             if containers_dir.join(&state.id).is_dir() {
-                let _ = Bundle::new(dir, &state.id).remove(&ctx.runtime, &state.id).await;
+                let _ = Bundle::new(dir, &state.id)
+                    .remove(&ctx.runtime, &state.id)
+                    .await;
             }
         }
     }

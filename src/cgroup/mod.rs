@@ -154,8 +154,14 @@ mod tests {
     fn paths_follow_upstream_hierarchy() {
         let h = Hierarchy::new("/");
         assert_eq!(h.pod_path(QosClass::Guaranteed, "u"), "/kubepods/podu");
-        assert_eq!(h.pod_path(QosClass::BestEffort, "u"), "/kubepods/besteffort/podu");
+        assert_eq!(
+            h.pod_path(QosClass::BestEffort, "u"),
+            "/kubepods/besteffort/podu"
+        );
         let h = Hierarchy::new("/nanolet-test/");
-        assert_eq!(h.container_path(QosClass::Burstable, "u", "c"), "/nanolet-test/kubepods/burstable/podu/c");
+        assert_eq!(
+            h.container_path(QosClass::Burstable, "u", "c"),
+            "/nanolet-test/kubepods/burstable/podu/c"
+        );
     }
 }

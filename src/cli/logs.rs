@@ -33,7 +33,11 @@ fn find_pod(layout: &Layout, target: &str) -> Result<PodRecord, CliError> {
 
 /// The container's name and restart count.
 fn find_container(record: &PodRecord, wanted: Option<&str>) -> Result<(String, u32), CliError> {
-    let statuses = record.status.container_statuses.as_deref().unwrap_or_default();
+    let statuses = record
+        .status
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default();
     let names: Vec<&str> = statuses.iter().map(|s| s.name.as_str()).collect();
     let status = match wanted {
         Some(name) => statuses.iter().find(|s| s.name == name).ok_or_else(|| {
@@ -55,7 +59,12 @@ fn find_container(record: &PodRecord, wanted: Option<&str>) -> Result<(String, u
     Ok((status.name.clone(), status.restart_count.max(0) as u32))
 }
 
-fn container_running(layout: &Layout, record: &PodRecord, container: &str, restart_count: u32) -> bool {
+fn container_running(
+    layout: &Layout,
+    record: &PodRecord,
+    container: &str,
+    restart_count: u32,
+) -> bool {
     let Ok(Some(now)) = crate::agent::checkpoint::read_record(&layout.pod(&record.uid)) else {
         return false;
     };
@@ -79,7 +88,9 @@ struct Printer {
 
 impl Printer {
     fn record(&mut self, raw: &str, out: &mut Vec<String>) {
-        let Some((time, _stream, partial, text)) = parse_record(raw) else { return };
+        let Some((time, _stream, partial, text)) = parse_record(raw) else {
+            return;
+        };
         if self.first_time.is_none() {
             self.first_time = Some(time.to_owned());
         }
@@ -101,7 +112,10 @@ pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(),
     let (container, restart_count) = find_container(&record, args.container.as_deref())?;
     let count = if args.previous {
         restart_count.checked_sub(1).ok_or_else(|| {
-            CliError::NotFound(format!("previous terminated container {container} in pod {} not found", record.name))
+            CliError::NotFound(format!(
+                "previous terminated container {container} in pod {} not found",
+                record.name
+            ))
         })?
     } else {
         restart_count
@@ -136,13 +150,24 @@ pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(),
     let mut pending = text[complete..].to_owned();
     let skip = args.tail.map_or(0, |n| lines.len().saturating_sub(n));
     for line in &lines[skip..] {
-        out.write_all(line.as_bytes()).map_err(io_err(Path::new("stdout")))?;
+        out.write_all(line.as_bytes())
+            .map_err(io_err(Path::new("stdout")))?;
     }
     if !args.follow || args.previous {
         return Ok(());
     }
     out.flush().map_err(io_err(Path::new("stdout")))?;
-    follow(&layout, &record, &container, count, path, file, &mut printer, &mut pending, out)
+    follow(
+        &layout,
+        &record,
+        &container,
+        count,
+        path,
+        file,
+        &mut printer,
+        &mut pending,
+        out,
+    )
 }
 
 fn wait_for(path: &Path) -> Result<File, CliError> {

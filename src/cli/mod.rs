@@ -45,7 +45,9 @@ pub fn pod_records(layout: &Layout) -> Result<Vec<PodRecord>, CliError> {
             records.push(record);
         }
     }
-    records.sort_by(|a, b| (&a.namespace, &a.name, a.admitted).cmp(&(&b.namespace, &b.name, b.admitted)));
+    records.sort_by(|a, b| {
+        (&a.namespace, &a.name, a.admitted).cmp(&(&b.namespace, &b.name, b.admitted))
+    });
     Ok(records)
 }
 
@@ -66,15 +68,27 @@ pub fn age(since: Timestamp, now: Timestamp) -> String {
 pub fn print_pods(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError> {
     let layout = Layout::new(state_dir);
     let records = pod_records(&layout)?;
-    let rejected: Vec<Rejected> = state::read_json(&layout.rejected_manifests())?.unwrap_or_default();
+    let rejected: Vec<Rejected> =
+        state::read_json(&layout.rejected_manifests())?.unwrap_or_default();
     let now = Timestamp::now();
-    let mut rows: Vec<[String; 6]> = vec![["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"].map(String::from)];
+    let mut rows: Vec<[String; 6]> =
+        vec![["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"].map(String::from)];
     for r in &records {
         let (ready, status, restarts) = summary(&r.status, r.terminating);
-        rows.push([r.namespace.clone(), r.name.clone(), ready, status, restarts.to_string(), age(r.admitted, now)]);
+        rows.push([
+            r.namespace.clone(),
+            r.name.clone(),
+            ready,
+            status,
+            restarts.to_string(),
+            age(r.admitted, now),
+        ]);
     }
     for r in &rejected {
-        let file = Path::new(&r.file).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let file = Path::new(&r.file)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let name = match &r.name {
             Some(n) => n.clone(),
             None if r.index == 0 => file,
@@ -89,7 +103,9 @@ pub fn print_pods(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError>
             age(r.since, now),
         ]);
     }
-    let widths: Vec<usize> = (0..6).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..6)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
     let io_err = |source| CliError::Io {
         path: "stdout".into(),
         source,

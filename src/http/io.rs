@@ -20,8 +20,9 @@ impl<T: AsyncRead + Unpin> hyper::rt::Read for HyperIo<T> {
         for byte in uninit.iter_mut() {
             byte.write(0);
         }
-        let slice =
-            unsafe { std::slice::from_raw_parts_mut(uninit.as_mut_ptr().cast::<u8>(), uninit.len()) };
+        let slice = unsafe {
+            std::slice::from_raw_parts_mut(uninit.as_mut_ptr().cast::<u8>(), uninit.len())
+        };
         match Pin::new(&mut self.0).poll_read(cx, slice) {
             Poll::Ready(Ok(n)) => {
                 unsafe { buf.advance(n) };

@@ -122,7 +122,11 @@ fn origin(uri: &Uri) -> Option<(bool, String, u16)> {
         Some("http") => false,
         _ => return None,
     };
-    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let host = uri
+        .host()?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     Some((tls, host, port))
 }
@@ -270,7 +274,10 @@ impl Client {
         let (tls, host, port) = origin(url).ok_or_else(|| HttpError::InvalidUrl {
             url: url.to_string(),
         })?;
-        let authority = url.authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
+        let authority = url
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .unwrap_or_default();
         if !tls && !self.allows_plain_http(&authority) {
             return Err(HttpError::PlainHttpRefused {
                 url: url.to_string(),
@@ -397,10 +404,13 @@ pub async fn read_body(url: &Uri, body: Incoming, limit: usize) -> Result<Vec<u8
 pub async fn next_chunk(url: &Uri, body: &mut Incoming) -> Result<Option<Bytes>, HttpError> {
     loop {
         let frame = with_timeout(url, STALL_TIMEOUT, async {
-            body.frame().await.transpose().map_err(|source| HttpError::Protocol {
-                url: url.to_string(),
-                source,
-            })
+            body.frame()
+                .await
+                .transpose()
+                .map_err(|source| HttpError::Protocol {
+                    url: url.to_string(),
+                    source,
+                })
         })
         .await?;
         match frame {

@@ -4,9 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 
 /// What a manifest request accepts, in order of preference.
@@ -52,7 +50,9 @@ pub struct Document {
 impl Document {
     pub fn is_index(&self, content_type: &str) -> bool {
         let media = self.media_type.as_deref().unwrap_or(content_type);
-        media == OCI_INDEX || media == DOCKER_LIST || (self.config.is_none() && !self.manifests.is_empty())
+        media == OCI_INDEX
+            || media == DOCKER_LIST
+            || (self.config.is_none() && !self.manifests.is_empty())
     }
 }
 
@@ -115,17 +115,20 @@ pub fn host_platform() -> Platform {
 /// Picks the index entry for `want`. A missing variant in the index matches
 /// (arm64 images rarely carry "v8"); for arm, v7 hardware also runs v6 and v5.
 pub fn select_platform<'a>(manifests: &'a [Descriptor], want: &Platform) -> Option<&'a Descriptor> {
-    let compatible_variants: Vec<Option<&str>> = match (want.architecture.as_str(), want.variant.as_deref()) {
-        ("arm", Some("v8")) => vec![Some("v8"), Some("v7"), Some("v6"), Some("v5"), None],
-        ("arm", Some("v7")) => vec![Some("v7"), Some("v6"), Some("v5"), None],
-        ("arm", Some("v6")) => vec![Some("v6"), Some("v5"), None],
-        ("arm64", _) => vec![Some("v8"), None],
-        (_, v) => vec![v, None],
-    };
+    let compatible_variants: Vec<Option<&str>> =
+        match (want.architecture.as_str(), want.variant.as_deref()) {
+            ("arm", Some("v8")) => vec![Some("v8"), Some("v7"), Some("v6"), Some("v5"), None],
+            ("arm", Some("v7")) => vec![Some("v7"), Some("v6"), Some("v5"), None],
+            ("arm", Some("v6")) => vec![Some("v6"), Some("v5"), None],
+            ("arm64", _) => vec![Some("v8"), None],
+            (_, v) => vec![v, None],
+        };
     compatible_variants.into_iter().find_map(|variant| {
         manifests.iter().find(|m| {
             m.platform.as_ref().is_some_and(|p| {
-                p.os == want.os && p.architecture == want.architecture && p.variant.as_deref() == variant
+                p.os == want.os
+                    && p.architecture == want.architecture
+                    && p.variant.as_deref() == variant
             })
         })
     })
@@ -137,7 +140,7 @@ mod tests {
 
     fn entry(arch: &str, variant: Option<&str>) -> Descriptor {
         Descriptor {
-            media_type: OCI_MANIFEST.into(),
+            media_type: "application/vnd.oci.image.manifest.v1+json".into(),
             digest: format!("sha256:{arch}{}", variant.unwrap_or("")),
             size: 1,
             platform: Some(Platform {
@@ -151,7 +154,12 @@ mod tests {
 
     #[test]
     fn platform_selection() {
-        let index = vec![entry("amd64", None), entry("arm64", Some("v8")), entry("arm", Some("v6")), entry("arm", Some("v7"))];
+        let index = vec![
+            entry("amd64", None),
+            entry("arm64", Some("v8")),
+            entry("arm", Some("v6")),
+            entry("arm", Some("v7")),
+        ];
         let pick = |arch: &str, variant: Option<&str>| {
             select_platform(
                 &index,
@@ -167,19 +175,33 @@ mod tests {
         assert_eq!(pick("arm64", Some("v8")).as_deref(), Some("sha256:arm64v8"));
         assert_eq!(pick("arm", Some("v7")).as_deref(), Some("sha256:armv7"));
         let only_v6 = vec![entry("arm", Some("v6"))];
-        let v7 = Platform { architecture: "arm".into(), os: "linux".into(), variant: Some("v7".into()) };
+        let v7 = Platform {
+            architecture: "arm".into(),
+            os: "linux".into(),
+            variant: Some("v7".into()),
+        };
         assert!(select_platform(&only_v6, &v7).is_some());
         assert_eq!(pick("s390x", None), None);
         let arm64_plain = vec![entry("arm64", None)];
-        let want = Platform { architecture: "arm64".into(), os: "linux".into(), variant: Some("v8".into()) };
+        let want = Platform {
+            architecture: "arm64".into(),
+            os: "linux".into(),
+            variant: Some("v8".into()),
+        };
         assert!(select_platform(&arm64_plain, &want).is_some());
     }
 
     #[test]
     fn tells_index_from_manifest() {
-        let m: Document = serde_json::from_str(r#"{"schemaVersion":2,"config":{"digest":"sha256:a","size":1},"layers":[]}"#).unwrap();
-        assert!(!m.is_index(OCI_MANIFEST));
-        let i: Document = serde_json::from_str(r#"{"schemaVersion":2,"manifests":[{"digest":"sha256:a","size":1}]}"#).unwrap();
+        let m: Document = serde_json::from_str(
+            r#"{"schemaVersion":2,"config":{"digest":"sha256:a","size":1},"layers":[]}"#,
+        )
+        .unwrap();
+        assert!(!m.is_index("application/vnd.oci.image.manifest.v1+json"));
+        let i: Document = serde_json::from_str(
+            r#"{"schemaVersion":2,"manifests":[{"digest":"sha256:a","size":1}]}"#,
+        )
+        .unwrap();
         assert!(i.is_index(""));
     }
 }

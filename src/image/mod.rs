@@ -46,7 +46,6 @@ pub enum ImageError {
 /// An image ready to run.
 #[derive(Debug, Clone)]
 pub struct Image {
-    pub reference: String,
     /// The config digest, as kubelets report imageID.
     pub id: String,
     /// Unpacked layer directories, bottom first.
@@ -82,16 +81,6 @@ impl ImageService {
         }
     }
 
-    #[cfg(test)]
-    pub fn with_platform(mut self, platform: Platform) -> Self {
-        self.platform = platform;
-        self
-    }
-
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     /// Makes `image` present per `policy` and returns it.
     pub async fn ensure(&self, image: &str, policy: PullPolicy) -> Result<Image, ImageError> {
         let reference = Reference::parse(image)?;
@@ -104,7 +93,12 @@ impl ImageService {
         if policy == PullPolicy::Never {
             return Err(ImageError::NeverPull { image: key });
         }
-        let lock = self.pulls.borrow_mut().entry(key.clone()).or_default().clone();
+        let lock = self
+            .pulls
+            .borrow_mut()
+            .entry(key.clone())
+            .or_default()
+            .clone();
         let started = std::time::Instant::now();
         let result = {
             let _guard = lock.lock().await;
@@ -114,7 +108,11 @@ impl ImageService {
             self.pulls.borrow_mut().remove(&key);
         }
         let record = result?;
-        log::info!("pulled {key} ({} bytes) in {:?}", record.size, started.elapsed());
+        log::info!(
+            "pulled {key} ({} bytes) in {:?}",
+            record.size,
+            started.elapsed()
+        );
         self.image_from(record)
     }
 
@@ -127,17 +125,21 @@ impl ImageService {
             .store
             .blob_path(&record.config_digest)
             .ok_or_else(|| pull_err("bad config digest".into()))?;
-        let data = std::fs::read(&config_path).map_err(|e| pull_err(format!("{}: {e}", config_path.display())))?;
+        let data = std::fs::read(&config_path)
+            .map_err(|e| pull_err(format!("{}: {e}", config_path.display())))?;
         let config: ImageConfig =
             serde_json::from_slice(&data).map_err(|e| pull_err(format!("image config: {e}")))?;
         let layers = record
             .layers
             .iter()
-            .map(|l| self.store.layer_path(l).ok_or_else(|| pull_err(format!("bad layer digest {l}"))))
+            .map(|l| {
+                self.store
+                    .layer_path(l)
+                    .ok_or_else(|| pull_err(format!("bad layer digest {l}")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         self.store.touch(&record.reference)?;
         Ok(Image {
-            reference: record.reference.clone(),
             id: record.config_digest.clone(),
             layers,
             config: config.config.unwrap_or_default(),
@@ -153,35 +155,55 @@ impl ImageService {
             image: key.to_owned(),
             message,
         };
-        let (body, content_type) = self.registry.manifest(reference).await.map_err(registry_err)?;
+        let (body, content_type) = self
+            .registry
+            .manifest(reference)
+            .await
+            .map_err(registry_err)?;
         let mut digest = sha256_digest(&body);
         if let Some(pinned) = &reference.digest
             && *pinned != digest
         {
-            return Err(pull_err(format!("manifest digest {digest} does not match {pinned}")));
+            return Err(pull_err(format!(
+                "manifest digest {digest} does not match {pinned}"
+            )));
         }
         let mut document: Document =
             serde_json::from_slice(&body).map_err(|e| pull_err(format!("manifest: {e}")))?;
         if document.is_index(&content_type) {
-            let entry = manifest::select_platform(&document.manifests, &self.platform).ok_or_else(|| {
-                pull_err(format!(
-                    "no manifest for platform {}/{}{}",
-                    self.platform.os,
-                    self.platform.architecture,
-                    self.platform.variant.as_deref().map(|v| format!("/{v}")).unwrap_or_default()
-                ))
-            })?;
+            let entry = manifest::select_platform(&document.manifests, &self.platform).ok_or_else(
+                || {
+                    pull_err(format!(
+                        "no manifest for platform {}/{}{}",
+                        self.platform.os,
+                        self.platform.architecture,
+                        self.platform
+                            .variant
+                            .as_deref()
+                            .map(|v| format!("/{v}"))
+                            .unwrap_or_default()
+                    ))
+                },
+            )?;
             let by_digest = Reference {
                 digest: Some(entry.digest.clone()),
                 tag: None,
                 ..reference.clone()
             };
-            let (body, _) = self.registry.manifest(&by_digest).await.map_err(registry_err)?;
+            let (body, _) = self
+                .registry
+                .manifest(&by_digest)
+                .await
+                .map_err(registry_err)?;
             digest = sha256_digest(&body);
             if digest != entry.digest {
-                return Err(pull_err(format!("manifest digest {digest} does not match {}", entry.digest)));
+                return Err(pull_err(format!(
+                    "manifest digest {digest} does not match {}",
+                    entry.digest
+                )));
             }
-            document = serde_json::from_slice(&body).map_err(|e| pull_err(format!("manifest: {e}")))?;
+            document =
+                serde_json::from_slice(&body).map_err(|e| pull_err(format!("manifest: {e}")))?;
         }
         if document.schema_version != 2 {
             return Err(pull_err(format!(
@@ -194,8 +216,8 @@ impl ImageService {
             .clone()
             .ok_or_else(|| pull_err("manifest has no config".into()))?;
         let config_bytes = self.fetch_small_blob(reference, key, &config_desc).await?;
-        let config: ImageConfig =
-            serde_json::from_slice(&config_bytes).map_err(|e| pull_err(format!("image config: {e}")))?;
+        let config: ImageConfig = serde_json::from_slice(&config_bytes)
+            .map_err(|e| pull_err(format!("image config: {e}")))?;
         if config.os != self.platform.os || config.architecture != self.platform.architecture {
             return Err(pull_err(format!(
                 "image is for {}/{}, this node is {}/{}",
@@ -206,7 +228,6 @@ impl ImageService {
             .store
             .blob_path(&config_desc.digest)
             .ok_or_else(|| pull_err(format!("bad config digest {}", config_desc.digest)))?;
-        state::write_atomic(&config_path, &config_bytes, 0o600)?;
 
         let mut size = 0;
         for layer in &document.layers {
@@ -215,6 +236,8 @@ impl ImageService {
                 self.fetch_layer(reference, key, layer).await?;
             }
         }
+        // The config, then the record, only once every layer is in place.
+        state::write_atomic(&config_path, &config_bytes, 0o600)?;
         let now = Timestamp::now();
         let record = ImageRecord {
             reference: key.to_owned(),
@@ -229,13 +252,21 @@ impl ImageService {
         Ok(record)
     }
 
-    async fn fetch_small_blob(&self, reference: &Reference, key: &str, desc: &Descriptor) -> Result<Vec<u8>, ImageError> {
+    async fn fetch_small_blob(
+        &self,
+        reference: &Reference,
+        key: &str,
+        desc: &Descriptor,
+    ) -> Result<Vec<u8>, ImageError> {
         let pull_err = |message: String| ImageError::Pull {
             image: key.to_owned(),
             message,
         };
         if desc.size > MAX_CONFIG as u64 {
-            return Err(pull_err(format!("config blob of {} bytes is too large", desc.size)));
+            return Err(pull_err(format!(
+                "config blob of {} bytes is too large",
+                desc.size
+            )));
         }
         let (url, body) = self
             .registry
@@ -261,7 +292,12 @@ impl ImageService {
 
     /// Downloads a layer to `tmp/` while hashing it, verifies it, unpacks it
     /// off the loop and moves the result into place.
-    async fn fetch_layer(&self, reference: &Reference, key: &str, desc: &Descriptor) -> Result<(), ImageError> {
+    async fn fetch_layer(
+        &self,
+        reference: &Reference,
+        key: &str,
+        desc: &Descriptor,
+    ) -> Result<(), ImageError> {
         let pull_err = |message: String| ImageError::Pull {
             image: key.to_owned(),
             message,
@@ -276,11 +312,16 @@ impl ImageService {
             let _slot = self.unpack_slots.acquire().await;
             let unpack_dir = self.store.temp_path("layer");
             let (blob, dir) = (blob_path.clone(), unpack_dir.clone());
-            let unpacked = smol::unblock(move || unpack::unpack(&blob, &dir, unpack::Limits::default())).await;
+            let unpacked =
+                smol::unblock(move || unpack::unpack(&blob, &dir, unpack::Limits::default())).await;
             match unpacked {
                 Ok(stats) => {
                     if stats.skipped_devices > 0 {
-                        log::warn!("{key}: layer {}: skipped {} device nodes", desc.digest, stats.skipped_devices);
+                        log::warn!(
+                            "{key}: layer {}: skipped {} device nodes",
+                            desc.digest,
+                            stats.skipped_devices
+                        );
                     }
                     if let Err(e) = std::fs::rename(&unpack_dir, &final_path) {
                         // Another pull of an image sharing this layer won.
@@ -315,14 +356,14 @@ impl ImageService {
             message,
         };
         let io_err = |e: std::io::Error| pull_err(format!("{}: {e}", path.display()));
-        let (url, mut body) = self
-            .registry
-            .blob(reference, &desc.digest)
-            .await
-            .map_err(|source| ImageError::Registry {
-                image: key.to_owned(),
-                source,
-            })?;
+        let (url, mut body) =
+            self.registry
+                .blob(reference, &desc.digest)
+                .await
+                .map_err(|source| ImageError::Registry {
+                    image: key.to_owned(),
+                    source,
+                })?;
         let mut file = smol::fs::File::create(path).await.map_err(io_err)?;
         let mut hasher = Sha256::new();
         let mut received: u64 = 0;

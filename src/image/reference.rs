@@ -37,7 +37,11 @@ impl Reference {
                 let hex = digest
                     .strip_prefix("sha256:")
                     .ok_or_else(|| err("only sha256 digests are supported"))?;
-                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+                if hex.len() != 64
+                    || !hex
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                {
                     return Err(err("malformed digest"));
                 }
                 (rest, Some(digest.to_owned()))
@@ -48,13 +52,18 @@ impl Reference {
         // a registry port.
         let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
         let (name, tag) = match rest[last_slash..].rfind(':') {
-            Some(i) => (&rest[..last_slash + i], Some(rest[last_slash + i + 1..].to_owned())),
+            Some(i) => (
+                &rest[..last_slash + i],
+                Some(rest[last_slash + i + 1..].to_owned()),
+            ),
             None => (rest, None),
         };
         if let Some(tag) = &tag {
             let valid = !tag.is_empty()
                 && tag.len() <= 128
-                && tag.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+                && tag
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
                 && !tag.starts_with(['.', '-']);
             if !valid {
                 return Err(err("malformed tag"));
@@ -75,7 +84,8 @@ impl Reference {
         };
         let component_ok = |c: &str| {
             !c.is_empty()
-                && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+                && c.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
                 && c.starts_with(|ch: char| ch.is_ascii_alphanumeric())
                 && c.ends_with(|ch: char| ch.is_ascii_alphanumeric())
         };
@@ -144,7 +154,16 @@ mod tests {
 
     #[test]
     fn rejects_malformed() {
-        for bad in ["", "Upper/case", "a:b:c", "x@sha256:abc", "x@md5:aa", "a/../b", "a:", "-a"] {
+        for bad in [
+            "",
+            "Upper/case",
+            "a:b:c",
+            "x@sha256:abc",
+            "x@md5:aa",
+            "a/../b",
+            "a:",
+            "-a",
+        ] {
             assert!(Reference::parse(bad).is_err(), "{bad}");
         }
     }

@@ -63,19 +63,29 @@ impl Registry {
     }
 
     fn url(&self, host: &str, path: &str) -> Result<Uri, RegistryError> {
-        let scheme = if self.http.allows_plain_http(host) { "http" } else { "https" };
+        let scheme = if self.http.allows_plain_http(host) {
+            "http"
+        } else {
+            "https"
+        };
         let url = format!("{scheme}://{host}{path}");
-        url.parse().map_err(|_| HttpError::InvalidUrl { url }.into())
+        url.parse()
+            .map_err(|_| HttpError::InvalidUrl { url }.into())
     }
 
     /// Fetches a manifest or index: (body, content type).
-    pub async fn manifest(&self, reference: &Reference) -> Result<(Vec<u8>, String), RegistryError> {
+    pub async fn manifest(
+        &self,
+        reference: &Reference,
+    ) -> Result<(Vec<u8>, String), RegistryError> {
         let path = format!(
             "/v2/{}/manifests/{}",
             reference.repository,
             reference.manifest_reference()
         );
-        let (url, response) = self.get(reference, &path, Some(super::manifest::ACCEPT)).await?;
+        let (url, response) = self
+            .get(reference, &path, Some(super::manifest::ACCEPT))
+            .await?;
         let content_type = response
             .headers()
             .get(CONTENT_TYPE)
@@ -91,7 +101,11 @@ impl Registry {
     }
 
     /// Opens a blob for streaming: (final URL, body).
-    pub async fn blob(&self, reference: &Reference, digest: &str) -> Result<(Uri, Incoming), RegistryError> {
+    pub async fn blob(
+        &self,
+        reference: &Reference,
+        digest: &str,
+    ) -> Result<(Uri, Incoming), RegistryError> {
         let path = format!("/v2/{}/blobs/{digest}", reference.repository);
         let (url, response) = self.get(reference, &path, None).await?;
         Ok((url, response.into_body()))
@@ -108,7 +122,10 @@ impl Registry {
         let hosts = self.hosts(reference);
         let mut last_err = None;
         for (i, host) in hosts.iter().enumerate() {
-            match self.get_from(host, &reference.repository, path, accept).await {
+            match self
+                .get_from(host, &reference.repository, path, accept)
+                .await
+            {
                 Ok(ok) => return Ok(ok),
                 Err(e) => {
                     if i + 1 < hosts.len() {
@@ -178,7 +195,12 @@ impl Registry {
 
     /// The Bearer-token flow (anonymous): ask the challenge's realm for a
     /// pull token for this repository.
-    async fn fetch_token(&self, url: &Uri, challenge: &str, repository: &str) -> Result<String, RegistryError> {
+    async fn fetch_token(
+        &self,
+        url: &Uri,
+        challenge: &str,
+        repository: &str,
+    ) -> Result<String, RegistryError> {
         let unauthorized = || RegistryError::Unauthorized {
             url: url.to_string(),
             challenge: challenge.to_owned(),
@@ -200,7 +222,10 @@ impl Registry {
             url: token_url_text.clone(),
             message: "invalid realm".into(),
         })?;
-        let (final_url, response) = self.http.get(Method::GET, &token_url, &HeaderMap::new()).await?;
+        let (final_url, response) = self
+            .http
+            .get(Method::GET, &token_url, &HeaderMap::new())
+            .await?;
         if !response.status().is_success() {
             return Err(RegistryError::Status {
                 url: final_url.to_string(),
@@ -214,10 +239,11 @@ impl Registry {
             token: Option<String>,
             access_token: Option<String>,
         }
-        let parsed: TokenResponse = serde_json::from_slice(&body).map_err(|e| RegistryError::Token {
-            url: final_url.to_string(),
-            message: e.to_string(),
-        })?;
+        let parsed: TokenResponse =
+            serde_json::from_slice(&body).map_err(|e| RegistryError::Token {
+                url: final_url.to_string(),
+                message: e.to_string(),
+            })?;
         parsed
             .token
             .or(parsed.access_token)
@@ -269,7 +295,9 @@ fn parse_challenge(challenge: &str) -> Option<HashMap<String, String>> {
 fn percent_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -295,13 +323,19 @@ mod tests {
         assert_eq!(p["service"], "registry.docker.io");
         assert_eq!(p["scope"], "repository:library/busybox:pull");
         assert!(parse_challenge(r#"Basic realm="x""#).is_none());
-        assert_eq!(percent_encode("repository:a/b:pull"), "repository%3Aa%2Fb%3Apull");
+        assert_eq!(
+            percent_encode("repository:a/b:pull"),
+            "repository%3Aa%2Fb%3Apull"
+        );
     }
 
     #[test]
     fn error_bodies() {
         let body = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#;
-        assert_eq!(error_detail(body).as_deref(), Some("MANIFEST_UNKNOWN manifest unknown"));
+        assert_eq!(
+            error_detail(body).as_deref(),
+            Some("MANIFEST_UNKNOWN manifest unknown")
+        );
         assert_eq!(error_detail(b"nope"), None);
     }
 }

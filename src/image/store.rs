@@ -72,7 +72,9 @@ impl Store {
 
     /// A fresh path under `tmp/` for one download or unpack.
     pub fn temp_path(&self, what: &str) -> PathBuf {
-        self.root.join("tmp").join(format!("{what}-{}", state::random_hex()))
+        self.root
+            .join("tmp")
+            .join(format!("{what}-{}", state::random_hex()))
     }
 
     fn index_path(&self) -> PathBuf {

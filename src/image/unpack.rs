@@ -145,7 +145,8 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
             // Copy no more than the header promised.
             io::copy(&mut (&mut entry).take(size), &mut file).map_err(io_at(&target))?;
             chown(&target, uid, gid)?;
-            fs::set_permissions(&target, fs::Permissions::from_mode(mode)).map_err(io_at(&target))?;
+            fs::set_permissions(&target, fs::Permissions::from_mode(mode))
+                .map_err(io_at(&target))?;
         } else if kind.is_dir() {
             match fs::symlink_metadata(&target) {
                 Ok(m) if m.is_dir() => {}
@@ -178,7 +179,12 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
             let source = dest.join(&link_rel);
             match fs::symlink_metadata(&source) {
                 Ok(m) if m.is_file() => {}
-                _ => return Err(hostile(&display, "hardlink target is not a regular file of this layer")),
+                _ => {
+                    return Err(hostile(
+                        &display,
+                        "hardlink target is not a regular file of this layer",
+                    ));
+                }
             }
             remove_existing(&target)?;
             fs::hard_link(&source, &target).map_err(io_at(&target))?;
@@ -193,7 +199,13 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
             // Runtimes provide /dev; a device node in an image is a way out
             // of the container, so it is not created.
             stats.skipped_devices += 1;
-        } else if matches!(kind, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName | tar::EntryType::GNULongLink) {
+        } else if matches!(
+            kind,
+            tar::EntryType::XGlobalHeader
+                | tar::EntryType::XHeader
+                | tar::EntryType::GNULongName
+                | tar::EntryType::GNULongLink
+        ) {
             // Consumed by the tar reader; nothing to create.
         } else {
             log::debug!("layer entry {display:?}: type {kind:?} ignored");
@@ -236,7 +248,10 @@ fn normalise(raw: &[u8], display: &str) -> Result<Option<PathBuf>, UnpackError> 
 /// a symlink), creating missing ones.
 fn ensure_parents(dest: &Path, rel: &Path, display: &str) -> Result<(), UnpackError> {
     let mut current = dest.to_path_buf();
-    let parents: Vec<_> = rel.parent().map(|p| p.components().collect()).unwrap_or_default();
+    let parents: Vec<_> = rel
+        .parent()
+        .map(|p| p.components().collect())
+        .unwrap_or_default();
     for component in parents {
         current.push(component);
         match fs::symlink_metadata(&current) {
@@ -262,7 +277,8 @@ fn remove_existing(path: &Path) -> Result<(), UnpackError> {
 }
 
 fn set_opaque(dir: &Path) -> Result<(), UnpackError> {
-    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| hostile(&dir.to_string_lossy(), "NUL in path"))?;
+    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| hostile(&dir.to_string_lossy(), "NUL in path"))?;
     let rc = unsafe {
         libc::lsetxattr(
             c_path.as_ptr(),
@@ -303,16 +319,8 @@ fn lchown(path: &Path, uid: u64, gid: u64) -> Result<(), UnpackError> {
 mod tests {
     use super::*;
 
-    struct TempDir(PathBuf);
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-    fn temp() -> TempDir {
-        let p = std::env::temp_dir().join(format!("nanolet-unpack-{}", crate::state::random_hex()));
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
+    fn temp() -> crate::state::TestDir {
+        crate::state::TestDir::new("unpack")
     }
 
     enum E<'a> {
@@ -340,7 +348,11 @@ mod tests {
             h.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
             h.set_entry_type(kind);
             h.set_size(body.len() as u64);
-            h.set_mode(if kind == tar::EntryType::Directory { 0o755 } else { 0o644 });
+            h.set_mode(if kind == tar::EntryType::Directory {
+                0o755
+            } else {
+                0o644
+            });
             h.set_uid(0);
             h.set_gid(0);
             h.set_cksum();
@@ -357,21 +369,27 @@ mod tests {
     #[test]
     fn plain_layer_and_whiteouts() {
         let t = temp();
-        let blob = layer(&t.0, &[
-            E::Dir("./etc/"),
-            E::File("etc/hosts", b"127.0.0.1 x\n"),
-            E::File("/abs/file", b"ok"),
-            E::Symlink("etc/link", "/etc/hosts"),
-            E::Hardlink("etc/hosts2", "etc/hosts"),
-            E::File("gone/.wh.old", b""),
-            E::File("opaque/.wh..wh..opq", b""),
-            E::Char("dev/sda"),
-        ]);
+        let blob = layer(
+            &t.0,
+            &[
+                E::Dir("./etc/"),
+                E::File("etc/hosts", b"127.0.0.1 x\n"),
+                E::File("/abs/file", b"ok"),
+                E::Symlink("etc/link", "/etc/hosts"),
+                E::Hardlink("etc/hosts2", "etc/hosts"),
+                E::File("gone/.wh.old", b""),
+                E::File("opaque/.wh..wh..opq", b""),
+                E::Char("dev/sda"),
+            ],
+        );
         let dest = t.0.join("out");
         let stats = unpack(&blob, &dest, Limits::default()).unwrap();
         assert_eq!(fs::read(dest.join("etc/hosts")).unwrap(), b"127.0.0.1 x\n");
         assert_eq!(fs::read(dest.join("abs/file")).unwrap(), b"ok");
-        assert_eq!(fs::read_link(dest.join("etc/link")).unwrap(), Path::new("/etc/hosts"));
+        assert_eq!(
+            fs::read_link(dest.join("etc/link")).unwrap(),
+            Path::new("/etc/hosts")
+        );
         assert_eq!(fs::read(dest.join("etc/hosts2")).unwrap(), b"127.0.0.1 x\n");
         use std::os::unix::fs::FileTypeExt;
         let wh = fs::symlink_metadata(dest.join("gone/old")).unwrap();
@@ -380,7 +398,14 @@ mod tests {
         assert_eq!(stats.skipped_devices, 1);
         let mut buf = [0u8; 4];
         let c = std::ffi::CString::new(dest.join("opaque").as_os_str().as_bytes()).unwrap();
-        let n = unsafe { libc::lgetxattr(c.as_ptr(), c"trusted.overlay.opaque".as_ptr(), buf.as_mut_ptr().cast(), 4) };
+        let n = unsafe {
+            libc::lgetxattr(
+                c.as_ptr(),
+                c"trusted.overlay.opaque".as_ptr(),
+                buf.as_mut_ptr().cast(),
+                4,
+            )
+        };
         assert_eq!(n, 1);
     }
 
@@ -391,10 +416,22 @@ mod tests {
         fs::create_dir_all(&outside).unwrap();
         let cases: Vec<(&str, Vec<E>)> = vec![
             ("dotdot", vec![E::File("../outside/pwned", b"x")]),
-            ("through symlink", vec![E::Symlink("evil", "../outside"), E::File("evil/pwned", b"x")]),
-            ("absolute symlink", vec![E::Symlink("evil", &"/"), E::File("evil/tmp/pwned", b"x")]),
+            (
+                "through symlink",
+                vec![
+                    E::Symlink("evil", "../outside"),
+                    E::File("evil/pwned", b"x"),
+                ],
+            ),
+            (
+                "absolute symlink",
+                vec![E::Symlink("evil", "/"), E::File("evil/tmp/pwned", b"x")],
+            ),
             ("hardlink out", vec![E::Hardlink("h", "../outside/secret")]),
-            ("hardlink via symlink", vec![E::Symlink("s", "/etc"), E::Hardlink("h", "s/passwd")]),
+            (
+                "hardlink via symlink",
+                vec![E::Symlink("s", "/etc"), E::Hardlink("h", "s/passwd")],
+            ),
         ];
         fs::write(outside.join("secret"), b"s").unwrap();
         for (name, entries) in cases {
@@ -402,9 +439,15 @@ mod tests {
             fs::create_dir_all(&dir).unwrap();
             let blob = layer(&dir, &entries);
             let err = unpack(&blob, &dir.join("out"), Limits::default());
-            assert!(matches!(err, Err(UnpackError::Hostile { .. })), "{name}: {err:?}");
+            assert!(
+                matches!(err, Err(UnpackError::Hostile { .. })),
+                "{name}: {err:?}"
+            );
         }
-        let names: Vec<_> = fs::read_dir(&outside).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("secret")]);
     }
 
@@ -412,9 +455,21 @@ mod tests {
     fn limits() {
         let t = temp();
         let blob = layer(&t.0, &[E::File("a", &[0; 2000]), E::File("b", b"1")]);
-        let small = Limits { max_bytes: 1000, max_entries: 10 };
-        assert!(matches!(unpack(&blob, &t.0.join("o1"), small), Err(UnpackError::TooLarge { .. })));
-        let few = Limits { max_bytes: 1 << 20, max_entries: 1 };
-        assert!(matches!(unpack(&blob, &t.0.join("o2"), few), Err(UnpackError::TooManyEntries { .. })));
+        let small = Limits {
+            max_bytes: 1000,
+            max_entries: 10,
+        };
+        assert!(matches!(
+            unpack(&blob, &t.0.join("o1"), small),
+            Err(UnpackError::TooLarge { .. })
+        ));
+        let few = Limits {
+            max_bytes: 1 << 20,
+            max_entries: 1,
+        };
+        assert!(matches!(
+            unpack(&blob, &t.0.join("o2"), few),
+            Err(UnpackError::TooManyEntries { .. })
+        ));
     }
 }

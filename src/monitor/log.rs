@@ -42,7 +42,11 @@ impl LogWriter {
         let stamp = Timestamp::now();
         let tag = if partial { 'P' } else { 'F' };
         let mut line = Vec::with_capacity(text.len() + 48);
-        write!(line, "{} {stream} {tag} ", stamp.strftime("%Y-%m-%dT%H:%M:%S%.fZ"))?;
+        write!(
+            line,
+            "{} {stream} {tag} ",
+            stamp.strftime("%Y-%m-%dT%H:%M:%S%.fZ")
+        )?;
         line.extend_from_slice(text);
         line.push(b'\n');
         // Rotate before the write that would pass the limit, so that the
@@ -59,7 +63,10 @@ impl LogWriter {
         let stamp = Timestamp::now().strftime("%Y%m%d-%H%M%S%.f").to_string();
         let rotated = PathBuf::from(format!("{}.{stamp}", self.path.display()));
         fs::rename(&self.path, &rotated)?;
-        self.file = OpenOptions::new().create(true).append(true).open(&self.path)?;
+        self.file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
         self.size = 0;
         let mut older = rotated_files(&self.path)?;
         // Compress all rotated files but the newest, which a reader following
@@ -87,7 +94,12 @@ impl LogWriter {
 /// Rotated files of `path`: `<path>.<stamp>[.gz]`; their names sort by age.
 pub fn rotated_files(path: &Path) -> io::Result<Vec<PathBuf>> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let prefix = format!("{}.", path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+    let prefix = format!(
+        "{}.",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
+    );
     let mut out = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -120,7 +132,11 @@ pub struct LineSplitter {
 
 impl LineSplitter {
     /// Feeds bytes; calls `emit(partial, text)` per record.
-    pub fn feed(&mut self, mut data: &[u8], emit: &mut dyn FnMut(bool, &[u8]) -> io::Result<()>) -> io::Result<()> {
+    pub fn feed(
+        &mut self,
+        mut data: &[u8],
+        emit: &mut dyn FnMut(bool, &[u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
         while let Some(pos) = data.iter().position(|b| *b == b'\n') {
             self.pending.extend_from_slice(&data[..pos]);
             emit(false, &self.pending)?;
@@ -137,7 +153,10 @@ impl LineSplitter {
     }
 
     /// At end of stream: what is left is the last (unterminated) line.
-    pub fn finish(&mut self, emit: &mut dyn FnMut(bool, &[u8]) -> io::Result<()>) -> io::Result<()> {
+    pub fn finish(
+        &mut self,
+        emit: &mut dyn FnMut(bool, &[u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
         if !self.pending.is_empty() {
             emit(false, &self.pending)?;
             self.pending.clear();
@@ -187,20 +206,27 @@ mod tests {
 
     #[test]
     fn rotates_compresses_and_caps_files() {
-        let dir = std::env::temp_dir().join(format!("nanolet-log-{}", crate::state::random_hex()));
+        let guard = crate::state::TestDir::new("log");
+        let dir = guard.0.clone();
         let path = dir.join("c/0.log");
         let mut w = LogWriter::open(&path, 200, 3).unwrap();
         for i in 0..40 {
-            w.record("stdout", false, format!("line number {i}").as_bytes()).unwrap();
+            w.record("stdout", false, format!("line number {i}").as_bytes())
+                .unwrap();
         }
         let rotated = rotated_files(&path).unwrap();
         assert_eq!(rotated.len(), 2, "{rotated:?}");
-        assert_eq!(rotated.iter().filter(|p| p.extension().is_some_and(|e| e == "gz")).count(), 1);
+        assert_eq!(
+            rotated
+                .iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "gz"))
+                .count(),
+            1
+        );
         let live = fs::read_to_string(&path).unwrap();
         let last = live.lines().last().unwrap();
         let (time, stream, partial, text) = parse_record(last).unwrap();
         assert!(time.ends_with('Z') && time.contains('T'), "{time}");
         assert_eq!((stream, partial, text), ("stdout", false, "line number 39"));
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -78,7 +78,10 @@ pub fn start(args: Args) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     redirect_stdio(&args.pod_dir.join("monitor.log"))?;
-    fs::write(args.pod_dir.join("monitor.pid"), std::process::id().to_string())?;
+    fs::write(
+        args.pod_dir.join("monitor.pid"),
+        std::process::id().to_string(),
+    )?;
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     mask.thread_block().map_err(io::Error::from)?;
@@ -112,8 +115,11 @@ fn redirect_stdio(log: &Path) -> io::Result<()> {
 
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     let flags = fcntl(fd, FcntlArg::F_GETFL).map_err(io::Error::from)?;
-    fcntl(fd, FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK))
-        .map_err(io::Error::from)?;
+    fcntl(
+        fd,
+        FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
+    )
+    .map_err(io::Error::from)?;
     Ok(())
 }
 
@@ -139,14 +145,24 @@ impl Monitor {
                     PollFd::new(signals.as_fd(), PollFlags::POLLIN),
                     PollFd::new(listener.as_fd(), PollFlags::POLLIN),
                 ];
-                fds.extend(self.clients.iter().map(|c| PollFd::new(c.stream.as_fd(), PollFlags::POLLIN)));
-                fds.extend(self.pipes.iter().map(|p| PollFd::new(p.fd.as_fd(), PollFlags::POLLIN)));
+                fds.extend(
+                    self.clients
+                        .iter()
+                        .map(|c| PollFd::new(c.stream.as_fd(), PollFlags::POLLIN)),
+                );
+                fds.extend(
+                    self.pipes
+                        .iter()
+                        .map(|p| PollFd::new(p.fd.as_fd(), PollFlags::POLLIN)),
+                );
                 match poll(&mut fds, PollTimeout::NONE) {
                     Ok(_) => {}
                     Err(nix::errno::Errno::EINTR) => continue,
                     Err(e) => return Err(e.into()),
                 }
-                fds.iter().map(|f| f.revents().unwrap_or(PollFlags::empty())).collect()
+                fds.iter()
+                    .map(|f| f.revents().unwrap_or(PollFlags::empty()))
+                    .collect()
             };
             let ready = |f: &PollFlags| !f.is_empty();
             let client_count = self.clients.len();
@@ -266,7 +282,11 @@ impl Monitor {
                 self.shutting_down = true;
                 reply(Ok(None))
             }
-            Request::Create { id, bundle, log_path } => reply(self.create(&id, &bundle, &log_path).map(Some)),
+            Request::Create {
+                id,
+                bundle,
+                log_path,
+            } => reply(self.create(&id, &bundle, &log_path).map(Some)),
         }
     }
 
@@ -281,7 +301,12 @@ impl Monitor {
         let status = {
             let mut command = Command::new(&self.args.runtime_path);
             command
-                .args(Runtime::create_args(&self.args.runtime_root, bundle, id, &pid_file))
+                .args(Runtime::create_args(
+                    &self.args.runtime_root,
+                    bundle,
+                    id,
+                    &pid_file,
+                ))
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(out_w))
                 .stderr(Stdio::from(err_w));
@@ -306,7 +331,11 @@ impl Monitor {
                 }
             }
             let text = String::from_utf8_lossy(&message).trim().to_owned();
-            return Err(io::Error::other(if text.is_empty() { format!("create failed: {status}") } else { text }));
+            return Err(io::Error::other(if text.is_empty() {
+                format!("create failed: {status}")
+            } else {
+                text
+            }));
         }
         let pid: i32 = fs::read_to_string(&pid_file)?
             .trim()
@@ -329,14 +358,17 @@ impl Monitor {
     /// a file and announced.
     fn reap(&mut self, buf: &mut [u8]) -> io::Result<()> {
         loop {
-            let (pid, exit_code, signal) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) => (pid, code, None),
-                Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, 128 + sig as i32, Some(sig as i32)),
-                Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => return Ok(()),
-                Ok(_) => continue,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(e.into()),
-            };
+            let (pid, exit_code, signal) =
+                match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::Exited(pid, code)) => (pid, code, None),
+                    Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                        (pid, 128 + sig as i32, Some(sig as i32))
+                    }
+                    Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => return Ok(()),
+                    Ok(_) => continue,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => return Err(e.into()),
+                };
             let Some(id) = self.containers.remove(&pid.as_raw()) else {
                 continue;
             };
@@ -357,7 +389,8 @@ impl Monitor {
                 eprintln!("monitor: {e}");
             }
             let message = Message::Exit(exit);
-            self.clients.retain_mut(|c| send(&mut c.stream, &message).is_ok());
+            self.clients
+                .retain_mut(|c| send(&mut c.stream, &message).is_ok());
         }
     }
 }

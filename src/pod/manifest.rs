@@ -79,7 +79,14 @@ pub fn static_pod_uid(source: &str, document: &Value) -> String {
     hasher.update([0]);
     hasher.update(document.to_string().as_bytes());
     let h = crate::state::hex(&hasher.finalize()[..16]);
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 #[cfg(test)]
@@ -101,22 +108,38 @@ mod tests {
             .collect();
         assert_ne!(uids[0], uids[1]);
         let again = parse(TWO, "/m/a.yaml");
-        let Document::Pod(p) = &again[0] else { panic!() };
+        let Document::Pod(p) = &again[0] else {
+            panic!()
+        };
         assert_eq!(p.uid, uids[0]);
         let other_file = parse(TWO, "/m/b.yaml");
-        let Document::Pod(p) = &other_file[0] else { panic!() };
+        let Document::Pod(p) = &other_file[0] else {
+            panic!()
+        };
         assert_ne!(p.uid, uids[0]);
-        let edited = parse(&TWO.replace("image: busybox}", "image: busybox:1}"), "/m/a.yaml");
-        let Document::Pod(p) = &edited[0] else { panic!() };
+        let edited = parse(
+            &TWO.replace("image: busybox}", "image: busybox:1}"),
+            "/m/a.yaml",
+        );
+        let Document::Pod(p) = &edited[0] else {
+            panic!()
+        };
         assert_ne!(p.uid, uids[0]);
     }
 
     #[test]
     fn bad_documents_are_reported_not_fatal() {
-        let docs = parse("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n---\nkey: [unclosed\n", "f");
+        let docs = parse(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n---\nkey: [unclosed\n",
+            "f",
+        );
         assert_eq!(docs.len(), 2);
-        assert!(matches!(&docs[0], Document::Rejected { reason, .. } if reason.contains("image: required")));
-        assert!(matches!(&docs[1], Document::Rejected { reason, .. } if reason.contains("invalid YAML")));
+        assert!(
+            matches!(&docs[0], Document::Rejected { reason, .. } if reason.contains("image: required"))
+        );
+        assert!(
+            matches!(&docs[1], Document::Rejected { reason, .. } if reason.contains("invalid YAML"))
+        );
     }
 
     #[test]

@@ -7,13 +7,12 @@ pub mod manifest;
 pub mod status;
 mod validate;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as core;
 use serde::{Deserialize, Serialize};
 
-pub use validate::{PodError, validate};
+pub use validate::validate;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RestartPolicy {
@@ -101,7 +100,10 @@ pub struct Resources {
 pub enum VolumeSource {
     /// A directory under the pod's state dir, removed with the pod.
     EmptyDir,
-    HostPath { path: String, kind: HostPathKind },
+    HostPath {
+        path: String,
+        kind: HostPathKind,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,15 +134,8 @@ impl Pod {
         format!("{}/{}", self.namespace, self.name)
     }
 
-    pub fn container(&self, name: &str) -> Option<&Container> {
-        self.containers.iter().find(|c| c.name == name)
-    }
-
     /// The log directory of this pod under podLogsDir.
     pub fn log_dir_name(&self) -> String {
         format!("{}_{}_{}", self.namespace, self.name, self.uid)
     }
 }
-
-/// Labels and annotations as plain maps, for the status/CLI side.
-pub type StringMap = BTreeMap<String, String>;

@@ -160,7 +160,9 @@ pub fn pod_status(
 /// changed or new one gets the current time.
 pub fn carry_transition_times(previous: Option<&core::PodStatus>, status: &mut core::PodStatus) {
     let now = Timestamp::now();
-    let old = previous.and_then(|p| p.conditions.as_deref()).unwrap_or_default();
+    let old = previous
+        .and_then(|p| p.conditions.as_deref())
+        .unwrap_or_default();
     for condition in status.conditions.iter_mut().flatten() {
         condition.last_transition_time = old
             .iter()
@@ -224,7 +226,10 @@ pub fn summary(status: &core::PodStatus, terminating: bool) -> (String, String, 
     for s in statuses.iter().rev() {
         restarts += s.restart_count.max(0) as u32;
         let state = s.state.as_ref();
-        if let Some(w) = state.and_then(|st| st.waiting.as_ref()).and_then(|w| w.reason.clone()) {
+        if let Some(w) = state
+            .and_then(|st| st.waiting.as_ref())
+            .and_then(|w| w.reason.clone())
+        {
             reason = w;
         } else if let Some(t) = state.and_then(|st| st.terminated.as_ref()) {
             reason = match (&t.reason, t.signal) {
@@ -296,29 +301,66 @@ mod tests {
     #[test]
     fn phases_and_rows() {
         let p = pod("Always");
-        assert_eq!(row(&p, &[running("a"), running("b")]), ("2/2".into(), "Running".into(), 0));
+        assert_eq!(
+            row(&p, &[running("a"), running("b")]),
+            ("2/2".into(), "Running".into(), 0)
+        );
         let creating = ContainerView {
             name: "b".into(),
             ..Default::default()
         };
-        assert_eq!(row(&p, &[running("a"), creating.clone()]).1, "ContainerCreating");
+        assert_eq!(
+            row(&p, &[running("a"), creating.clone()]).1,
+            "ContainerCreating"
+        );
         let mut crash = exited(1);
         crash.restart_count = 3;
         crash.last_terminated = crash.terminated.take();
         crash.waiting = Some(("CrashLoopBackOff".into(), "back-off 40s".into()));
-        let s = pod_status(&p, &[crash.clone(), running("b")], "runc", Timestamp::now(), &[], false);
+        let s = pod_status(
+            &p,
+            &[crash.clone(), running("b")],
+            "runc",
+            Timestamp::now(),
+            &[],
+            false,
+        );
         assert_eq!(s.phase.as_deref(), Some("Running"));
-        assert_eq!(summary(&s, false), ("1/2".into(), "CrashLoopBackOff".into(), 3));
+        assert_eq!(
+            summary(&s, false),
+            ("1/2".into(), "CrashLoopBackOff".into(), 3)
+        );
 
         let never = pod("Never");
-        let s = pod_status(&never, &[exited(0), exited(0)], "runc", Timestamp::now(), &[], false);
+        let s = pod_status(
+            &never,
+            &[exited(0), exited(0)],
+            "runc",
+            Timestamp::now(),
+            &[],
+            false,
+        );
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
         assert_eq!(summary(&s, false).1, "Completed");
-        let s = pod_status(&never, &[exited(2), exited(0)], "runc", Timestamp::now(), &[], false);
+        let s = pod_status(
+            &never,
+            &[exited(2), exited(0)],
+            "runc",
+            Timestamp::now(),
+            &[],
+            false,
+        );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
         assert_eq!(summary(&s, false).1, "Error");
         let on_failure = pod("OnFailure");
-        let s = pod_status(&on_failure, &[exited(0), running("b")], "runc", Timestamp::now(), &[], false);
+        let s = pod_status(
+            &on_failure,
+            &[exited(0), running("b")],
+            "runc",
+            Timestamp::now(),
+            &[],
+            false,
+        );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(summary(&s, true).1, "Terminating");
     }

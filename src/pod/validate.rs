@@ -215,7 +215,9 @@ fn dns_label(field: &str, value: &str, max: usize) -> Result<(), PodError> {
     } else {
         Err(invalid(
             field,
-            format!("{value:?} must be lower-case alphanumerics, '-' or '.', at most {max} characters"),
+            format!(
+                "{value:?} must be lower-case alphanumerics, '-' or '.', at most {max} characters"
+            ),
         ))
     }
 }
@@ -228,13 +230,19 @@ fn id_from(field: &str, value: Option<i64>) -> Result<Option<u32>, PodError> {
 
 fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, PodError> {
     let meta = &manifest.metadata;
-    let name = meta.name.clone().ok_or_else(|| invalid("metadata.name", "required"))?;
+    let name = meta
+        .name
+        .clone()
+        .ok_or_else(|| invalid("metadata.name", "required"))?;
     dns_label("metadata.name", &name, 253)?;
     let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
     dns_label("metadata.namespace", &namespace, 63)?;
     let uid = meta.uid.clone().unwrap_or_else(|| default_uid.to_owned());
     if uid.is_empty() || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-        return Err(invalid("metadata.uid", format!("{uid:?} is not a valid UID")));
+        return Err(invalid(
+            "metadata.uid",
+            format!("{uid:?} is not a valid UID"),
+        ));
     }
     let spec = manifest
         .spec
@@ -245,11 +253,19 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         None | Some("Always") => RestartPolicy::Always,
         Some("OnFailure") => RestartPolicy::OnFailure,
         Some("Never") => RestartPolicy::Never,
-        Some(other) => return Err(invalid("spec.restartPolicy", format!("unknown value {other:?}"))),
+        Some(other) => {
+            return Err(invalid(
+                "spec.restartPolicy",
+                format!("unknown value {other:?}"),
+            ));
+        }
     };
     let grace = spec.termination_grace_period_seconds.unwrap_or(30);
     if grace < 0 {
-        return Err(invalid("spec.terminationGracePeriodSeconds", "must not be negative"));
+        return Err(invalid(
+            "spec.terminationGracePeriodSeconds",
+            "must not be negative",
+        ));
     }
     if spec.share_process_namespace == Some(true) {
         return Err(unsupported("spec.shareProcessNamespace=true"));
@@ -260,7 +276,12 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         // host's resolver configuration, which is what Default means.
         None | Some("ClusterFirst") | Some("Default") | Some("ClusterFirstWithHostNet") => {}
         Some("None") => return Err(unsupported("spec.dnsPolicy=None")),
-        Some(other) => return Err(invalid("spec.dnsPolicy", format!("unknown value {other:?}"))),
+        Some(other) => {
+            return Err(invalid(
+                "spec.dnsPolicy",
+                format!("unknown value {other:?}"),
+            ));
+        }
     }
     let hostname = spec.hostname.clone().unwrap_or_else(|| name.clone());
     // Linux host names are at most 64 bytes; upstream truncates the pod name
@@ -282,21 +303,32 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         .and_then(|s| s.supplemental_groups.clone())
         .unwrap_or_default()
         .into_iter()
-        .map(|g| id_from("spec.securityContext.supplementalGroups", Some(g)).map(|g| g.unwrap_or(0)))
+        .map(|g| {
+            id_from("spec.securityContext.supplementalGroups", Some(g)).map(|g| g.unwrap_or(0))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let run_as_non_root = security.and_then(|s| s.run_as_non_root).unwrap_or(false);
 
     let volumes = convert_volumes(spec.volumes.as_deref().unwrap_or_default())?;
 
     if spec.containers.is_empty() {
-        return Err(invalid("spec.containers", "at least one container is required"));
+        return Err(invalid(
+            "spec.containers",
+            "at least one container is required",
+        ));
     }
     let mut containers = Vec::new();
     for (i, c) in spec.containers.iter().enumerate() {
         let field = format!("spec.containers[{i}]");
         let container = convert_container(c, &field, host_network, &volumes)?;
-        if containers.iter().any(|other: &Container| other.name == container.name) {
-            return Err(invalid(format!("{field}.name"), format!("duplicate name {:?}", container.name)));
+        if containers
+            .iter()
+            .any(|other: &Container| other.name == container.name)
+        {
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("duplicate name {:?}", container.name),
+            ));
         }
         containers.push(container);
     }
@@ -329,7 +361,10 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
         let field = format!("spec.volumes[{i}]");
         dns_label(&format!("{field}.name"), &v.name, 63)?;
         if out.iter().any(|o| o.name == v.name) {
-            return Err(invalid(format!("{field}.name"), format!("duplicate name {:?}", v.name)));
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("duplicate name {:?}", v.name),
+            ));
         }
         let source = match (&v.empty_dir, &v.host_path) {
             (Some(empty), None) => {
@@ -343,7 +378,10 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
             }
             (None, Some(host)) => {
                 if !host.path.starts_with('/') {
-                    return Err(invalid(format!("{field}.hostPath.path"), "must be absolute"));
+                    return Err(invalid(
+                        format!("{field}.hostPath.path"),
+                        "must be absolute",
+                    ));
                 }
                 let kind = match host.type_.as_deref() {
                     None | Some("") => HostPathKind::Unchecked,
@@ -360,7 +398,12 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
                     kind,
                 }
             }
-            _ => return Err(invalid(&field, "exactly one of emptyDir or hostPath is required")),
+            _ => {
+                return Err(invalid(
+                    &field,
+                    "exactly one of emptyDir or hostPath is required",
+                ));
+            }
         };
         out.push(Volume {
             name: v.name.clone(),
@@ -371,7 +414,12 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
 }
 
 fn resource(
-    list: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    list: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
     field: &str,
     name: &str,
 ) -> Result<Option<u128>, PodError> {
@@ -382,7 +430,10 @@ fn resource(
         }
     }
     list.get(name)
-        .map(|q| quantity::parse_milli(&q.0).map_err(|e| invalid(format!("{field}.{name}"), e.to_string())))
+        .map(|q| {
+            quantity::parse_milli(&q.0)
+                .map_err(|e| invalid(format!("{field}.{name}"), e.to_string()))
+        })
         .transpose()
 }
 
@@ -404,7 +455,10 @@ fn convert_container(
         Some("Never") => PullPolicy::Never,
         None => default_pull_policy(&image),
         Some(other) => {
-            return Err(invalid(format!("{field}.imagePullPolicy"), format!("unknown value {other:?}")));
+            return Err(invalid(
+                format!("{field}.imagePullPolicy"),
+                format!("unknown value {other:?}"),
+            ));
         }
     };
     if c.stdin == Some(true) {
@@ -415,11 +469,18 @@ fn convert_container(
     }
     match c.termination_message_policy.as_deref() {
         None | Some("File") => {}
-        Some(other) => return Err(unsupported(format!("{field}.terminationMessagePolicy={other}"))),
+        Some(other) => {
+            return Err(unsupported(format!(
+                "{field}.terminationMessagePolicy={other}"
+            )));
+        }
     }
     for (i, port) in c.ports.iter().flatten().enumerate() {
         if !(1..=65535).contains(&port.container_port) {
-            return Err(invalid(format!("{field}.ports[{i}].containerPort"), "must be 1-65535"));
+            return Err(invalid(
+                format!("{field}.ports[{i}].containerPort"),
+                "must be 1-65535",
+            ));
         }
         if let Some(host_port) = port.host_port
             && !(host_network && host_port == port.container_port)
@@ -432,43 +493,68 @@ fn convert_container(
     let mut env = Vec::new();
     for (i, e) in c.env.iter().flatten().enumerate() {
         if e.name.is_empty() || e.name.contains('=') {
-            return Err(invalid(format!("{field}.env[{i}].name"), format!("{:?} is not a valid name", e.name)));
+            return Err(invalid(
+                format!("{field}.env[{i}].name"),
+                format!("{:?} is not a valid name", e.name),
+            ));
         }
         env.push((e.name.clone(), e.value.clone().unwrap_or_default()));
     }
     let security = c.security_context.as_ref();
     if security.and_then(|s| s.privileged) == Some(true) {
-        return Err(unsupported(format!("{field}.securityContext.privileged=true")));
+        return Err(unsupported(format!(
+            "{field}.securityContext.privileged=true"
+        )));
     }
     let resources = c.resources.as_ref();
     let rfield = format!("{field}.resources");
     let requests = resources.and_then(|r| r.requests.as_ref());
     let limits = resources.and_then(|r| r.limits.as_ref());
-    let to_u64 = |v: Option<u128>, div: u128| v.map(|v| u64::try_from(v.div_ceil(div)).unwrap_or(u64::MAX));
+    let to_u64 =
+        |v: Option<u128>, div: u128| v.map(|v| u64::try_from(v.div_ceil(div)).unwrap_or(u64::MAX));
     let cpu_limit = to_u64(resource(limits, &format!("{rfield}.limits"), "cpu")?, 1);
-    let memory_limit = to_u64(resource(limits, &format!("{rfield}.limits"), "memory")?, 1000);
+    let memory_limit = to_u64(
+        resource(limits, &format!("{rfield}.limits"), "memory")?,
+        1000,
+    );
     // As the API server defaults them: a limit without a request is also the request.
-    let cpu_request = to_u64(resource(requests, &format!("{rfield}.requests"), "cpu")?, 1).or(cpu_limit);
-    let memory_request =
-        to_u64(resource(requests, &format!("{rfield}.requests"), "memory")?, 1000).or(memory_limit);
+    let cpu_request =
+        to_u64(resource(requests, &format!("{rfield}.requests"), "cpu")?, 1).or(cpu_limit);
+    let memory_request = to_u64(
+        resource(requests, &format!("{rfield}.requests"), "memory")?,
+        1000,
+    )
+    .or(memory_limit);
     if let (Some(r), Some(l)) = (memory_request, memory_limit)
         && r > l
     {
-        return Err(invalid(format!("{rfield}.requests.memory"), "must not exceed the limit"));
+        return Err(invalid(
+            format!("{rfield}.requests.memory"),
+            "must not exceed the limit",
+        ));
     }
     if let (Some(r), Some(l)) = (cpu_request, cpu_limit)
         && r > l
     {
-        return Err(invalid(format!("{rfield}.requests.cpu"), "must not exceed the limit"));
+        return Err(invalid(
+            format!("{rfield}.requests.cpu"),
+            "must not exceed the limit",
+        ));
     }
     let mut mounts = Vec::new();
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
         let mfield = format!("{field}.volumeMounts[{i}]");
         if !volumes.iter().any(|v| v.name == m.name) {
-            return Err(invalid(format!("{mfield}.name"), format!("no volume named {:?}", m.name)));
+            return Err(invalid(
+                format!("{mfield}.name"),
+                format!("no volume named {:?}", m.name),
+            ));
         }
         if !m.mount_path.starts_with('/') || m.mount_path.split('/').any(|p| p == "..") {
-            return Err(invalid(format!("{mfield}.mountPath"), "must be absolute and without '..'"));
+            return Err(invalid(
+                format!("{mfield}.mountPath"),
+                "must be absolute and without '..'",
+            ));
         }
         mounts.push(VolumeMount {
             volume: m.name.clone(),
@@ -484,13 +570,18 @@ fn convert_container(
         args: c.args.clone().unwrap_or_default(),
         env,
         working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
-        run_as_user: id_from(&format!("{field}.securityContext.runAsUser"), security.and_then(|s| s.run_as_user))?,
+        run_as_user: id_from(
+            &format!("{field}.securityContext.runAsUser"),
+            security.and_then(|s| s.run_as_user),
+        )?,
         run_as_group: id_from(
             &format!("{field}.securityContext.runAsGroup"),
             security.and_then(|s| s.run_as_group),
         )?,
         run_as_non_root: security.and_then(|s| s.run_as_non_root).unwrap_or(false),
-        read_only_root: security.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+        read_only_root: security
+            .and_then(|s| s.read_only_root_filesystem)
+            .unwrap_or(false),
         no_new_privileges: security.and_then(|s| s.allow_privilege_escalation) == Some(false),
         resources: Resources {
             cpu_request_milli: cpu_request,
@@ -519,7 +610,10 @@ fn qos_class(containers: &[Container]) -> QosClass {
     let r = |c: &Container| c.resources.clone();
     let any_set = containers.iter().any(|c| {
         let r = r(c);
-        r.cpu_request_milli.is_some() || r.memory_request.is_some() || r.cpu_limit_milli.is_some() || r.memory_limit.is_some()
+        r.cpu_request_milli.is_some()
+            || r.memory_request.is_some()
+            || r.cpu_limit_milli.is_some()
+            || r.memory_limit.is_some()
     });
     if !any_set {
         return QosClass::BestEffort;
@@ -531,7 +625,11 @@ fn qos_class(containers: &[Container]) -> QosClass {
             && r.cpu_request_milli == r.cpu_limit_milli
             && r.memory_request == r.memory_limit
     });
-    if guaranteed { QosClass::Guaranteed } else { QosClass::Burstable }
+    if guaranteed {
+        QosClass::Guaranteed
+    } else {
+        QosClass::Burstable
+    }
 }
 
 #[cfg(test)]
@@ -545,7 +643,12 @@ mod tests {
 
     #[test]
     fn minimal_pod_gets_defaults() {
-        let p = validate(&pod(json!({"containers": [{"name": "c", "image": "busybox"}]})), "f", "u1").unwrap();
+        let p = validate(
+            &pod(json!({"containers": [{"name": "c", "image": "busybox"}]})),
+            "f",
+            "u1",
+        )
+        .unwrap();
         assert_eq!(p.namespace, "default");
         assert_eq!(p.uid, "u1");
         assert_eq!(p.restart_policy, RestartPolicy::Always);
@@ -563,8 +666,16 @@ mod tests {
             "u",
         )
         .unwrap_err();
-        assert_eq!(err.to_string(), "spec.containers[0].livenessProbe: not supported by nanolet yet");
-        let err = validate(&pod(json!({"containers": [], "initContainers": []})), "f", "u").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "spec.containers[0].livenessProbe: not supported by nanolet yet"
+        );
+        let err = validate(
+            &pod(json!({"containers": [], "initContainers": []})),
+            "f",
+            "u",
+        )
+        .unwrap_err();
         assert!(err.to_string().starts_with("spec.initContainers"), "{err}");
     }
 
@@ -572,7 +683,12 @@ mod tests {
     fn missing_required_fields() {
         let err = validate(&pod(json!({"containers": [{"name": "c"}]})), "f", "u").unwrap_err();
         assert_eq!(err.to_string(), "spec.containers[0].image: required");
-        let err = validate(&json!({"apiVersion": "v1", "kind": "Pod", "spec": {}}), "f", "u").unwrap_err();
+        let err = validate(
+            &json!({"apiVersion": "v1", "kind": "Pod", "spec": {}}),
+            "f",
+            "u",
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("metadata.name"), "{err}");
         let err = validate(&json!({"apiVersion": "v1", "kind": "Service"}), "f", "u").unwrap_err();
         assert!(err.to_string().contains("kind"), "{err}");
@@ -582,7 +698,9 @@ mod tests {
     fn values_nanolet_cannot_honour_are_refused() {
         let c = |extra: Value| {
             let mut c = json!({"name": "c", "image": "b:1"});
-            c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            c.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
             validate(&pod(json!({"containers": [c]})), "f", "u")
         };
         assert!(c(json!({"securityContext": {"privileged": true}})).is_err());
@@ -615,8 +733,17 @@ mod tests {
     fn pull_policy_defaults() {
         assert_eq!(default_pull_policy("busybox"), PullPolicy::Always);
         assert_eq!(default_pull_policy("busybox:latest"), PullPolicy::Always);
-        assert_eq!(default_pull_policy("localhost:5000/busybox"), PullPolicy::Always);
-        assert_eq!(default_pull_policy("localhost:5000/busybox:1"), PullPolicy::IfNotPresent);
-        assert_eq!(default_pull_policy("busybox@sha256:abc"), PullPolicy::IfNotPresent);
+        assert_eq!(
+            default_pull_policy("localhost:5000/busybox"),
+            PullPolicy::Always
+        );
+        assert_eq!(
+            default_pull_policy("localhost:5000/busybox:1"),
+            PullPolicy::IfNotPresent
+        );
+        assert_eq!(
+            default_pull_policy("busybox@sha256:abc"),
+            PullPolicy::IfNotPresent
+        );
     }
 }

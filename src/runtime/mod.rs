@@ -16,7 +16,10 @@ use crate::mount::{self, MountError};
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Mount(#[from] MountError),
     #[error(transparent)]

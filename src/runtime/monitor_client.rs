@@ -70,7 +70,9 @@ pub async fn connect_or_start(
         .await
         .map_err(|e| start_err(format!("{}: {e}", settings.executable.display())))?;
     if !output.status.success() {
-        return Err(start_err(String::from_utf8_lossy(&output.stderr).trim().to_owned()));
+        return Err(start_err(
+            String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        ));
     }
     connect(pod_dir, exits)
         .await
@@ -111,7 +113,10 @@ impl MonitorConnection {
         };
         let mut line = serde_json::to_vec(request).map_err(|_| disconnected())?;
         line.push(b'\n');
-        self.writer.write_all(&line).await.map_err(|_| disconnected())?;
+        self.writer
+            .write_all(&line)
+            .await
+            .map_err(|_| disconnected())?;
         match self.replies.recv().await {
             Ok(Message::Reply { ok: true, pid, .. }) => Ok(pid),
             Ok(Message::Reply { error, .. }) => Err(MonitorError::Refused {
@@ -123,7 +128,12 @@ impl MonitorConnection {
     }
 
     /// Has the monitor run `create` for a container; returns its init pid.
-    pub async fn create(&mut self, id: &str, bundle: &Path, log_path: &Path) -> Result<i32, MonitorError> {
+    pub async fn create(
+        &mut self,
+        id: &str,
+        bundle: &Path,
+        log_path: &Path,
+    ) -> Result<i32, MonitorError> {
         let pid = self
             .call(&Request::Create {
                 id: id.to_owned(),

@@ -75,7 +75,12 @@ impl Runtime {
         ]
     }
 
-    async fn run(&self, op: &'static str, id: &str, args: &[&str]) -> Result<Vec<u8>, RuntimeError> {
+    async fn run(
+        &self,
+        op: &'static str,
+        id: &str,
+        args: &[&str],
+    ) -> Result<Vec<u8>, RuntimeError> {
         let mut all = self.base_args();
         all.extend(args.iter().map(OsString::from));
         let output = async_process::Command::new(&self.path)
@@ -159,7 +164,10 @@ impl Runtime {
         Ok(text
             .lines()
             .next()
-            .and_then(|l| l.split_whitespace().find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit())))
+            .and_then(|l| {
+                l.split_whitespace()
+                    .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))
+            })
             .unwrap_or("unknown")
             .to_owned())
     }

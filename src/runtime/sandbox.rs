@@ -84,7 +84,10 @@ pub async fn create(pod: &Pod, pod_dir: &Path) -> Result<PodPaths, SandboxError>
         let host_name = nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default();
-        (fs::read_to_string("/etc/hosts").unwrap_or_default(), host_name)
+        (
+            fs::read_to_string("/etc/hosts").unwrap_or_default(),
+            host_name,
+        )
     } else {
         (managed_hosts(&[]), pod.hostname.clone())
     };
@@ -181,7 +184,11 @@ fn check_host_path(volume: &str, path: &str, kind: HostPathKind) -> Result<(), S
 /// Creates the namespaces on a thread of their own: unshare(2) moves the
 /// calling thread, which must then end rather than go back to the loop or
 /// to a pool.
-async fn make_namespaces(ns_dir: PathBuf, hostname: String, kinds: Vec<&'static str>) -> Result<(), SandboxError> {
+async fn make_namespaces(
+    ns_dir: PathBuf,
+    hostname: String,
+    kinds: Vec<&'static str>,
+) -> Result<(), SandboxError> {
     let (tx, rx) = smol::channel::bounded(1);
     std::thread::Builder::new()
         .name("nanolet-netns".into())
@@ -194,14 +201,19 @@ async fn make_namespaces(ns_dir: PathBuf, hostname: String, kinds: Vec<&'static 
         .map_err(|_| SandboxError::Namespace("namespace thread died".into()))?
 }
 
-fn namespaces_on_this_thread(ns_dir: &Path, hostname: &str, kinds: &[&'static str]) -> Result<(), SandboxError> {
+fn namespaces_on_this_thread(
+    ns_dir: &Path,
+    hostname: &str,
+    kinds: &[&'static str],
+) -> Result<(), SandboxError> {
     let flags = NAMESPACES
         .iter()
         .filter(|(k, _)| kinds.contains(k))
         .fold(CloneFlags::empty(), |acc, (_, f)| acc | *f);
     unshare(flags).map_err(|e| SandboxError::Namespace(format!("unshare: {e}")))?;
     if kinds.contains(&"uts") {
-        nix::unistd::sethostname(hostname).map_err(|e| SandboxError::Namespace(format!("sethostname: {e}")))?;
+        nix::unistd::sethostname(hostname)
+            .map_err(|e| SandboxError::Namespace(format!("sethostname: {e}")))?;
     }
     if kinds.contains(&"net") {
         loopback_up().map_err(|e| SandboxError::Namespace(format!("bringing up lo: {e}")))?;

@@ -15,7 +15,9 @@ use crate::pod::{Container, Pod, QosClass};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
-    #[error("no command specified: the container has no command and the image no entrypoint or cmd")]
+    #[error(
+        "no command specified: the container has no command and the image no entrypoint or cmd"
+    )]
     NoCommand,
     #[error("user {0:?} not found in the image's /etc/passwd")]
     UnknownUser(String),
@@ -23,7 +25,9 @@ pub enum SpecError {
     UnknownGroup(String),
     #[error("runAsNonRoot is set but the container would run as root (uid 0)")]
     RunsAsRoot,
-    #[error("runAsNonRoot is set and the image user {0:?} is not numeric, so it cannot be verified")]
+    #[error(
+        "runAsNonRoot is set and the image user {0:?} is not numeric, so it cannot be verified"
+    )]
     NonNumericUser(String),
 }
 
@@ -233,7 +237,12 @@ pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: u64) -> 
 
 /// Resolves the process user: the container's securityContext, then the
 /// pod's, then the image's `User` (looked up in the rootfs when a name).
-pub fn resolve_user(pod: &Pod, container: &Container, image: &RunConfig, rootfs: &Path) -> Result<User, SpecError> {
+pub fn resolve_user(
+    pod: &Pod,
+    container: &Container,
+    image: &RunConfig,
+    rootfs: &Path,
+) -> Result<User, SpecError> {
     let image_user = image.user.clone().unwrap_or_default();
     let (image_uid, image_gid) = match image_user.split_once(':') {
         Some((u, g)) => (u.to_owned(), Some(g.to_owned())),
@@ -245,13 +254,20 @@ pub fn resolve_user(pod: &Pod, container: &Container, image: &RunConfig, rootfs:
         db.lines().find_map(|line| {
             let f: Vec<&str> = line.split(':').collect();
             let id: u32 = f.get(2)?.parse().ok()?;
-            let matches = if by_name { f[0] == key } else { key.parse::<u32>().ok() == Some(id) };
+            let matches = if by_name {
+                f[0] == key
+            } else {
+                key.parse::<u32>().ok() == Some(id)
+            };
             matches.then(|| (id, f.get(3).and_then(|g| g.parse().ok())))
         })
     };
     let explicit_uid = container.run_as_user.or(pod.run_as_user);
     let (uid, passwd_gid) = match explicit_uid {
-        Some(uid) => (uid, lookup(&passwd, &uid.to_string(), false).and_then(|(_, g)| g)),
+        Some(uid) => (
+            uid,
+            lookup(&passwd, &uid.to_string(), false).and_then(|(_, g)| g),
+        ),
         None if image_uid.is_empty() => (0, Some(0)),
         None => match image_uid.parse::<u32>() {
             Ok(uid) => (uid, lookup(&passwd, &image_uid, false).and_then(|(_, g)| g)),
@@ -259,7 +275,8 @@ pub fn resolve_user(pod: &Pod, container: &Container, image: &RunConfig, rootfs:
                 if container.run_as_non_root || pod.run_as_non_root {
                     return Err(SpecError::NonNumericUser(image_uid));
                 }
-                lookup(&passwd, &image_uid, true).ok_or_else(|| SpecError::UnknownUser(image_uid.clone()))?
+                lookup(&passwd, &image_uid, true)
+                    .ok_or_else(|| SpecError::UnknownUser(image_uid.clone()))?
             }
         },
     };
@@ -271,7 +288,9 @@ pub fn resolve_user(pod: &Pod, container: &Container, image: &RunConfig, rootfs:
         None => match &image_gid {
             Some(g) if explicit_uid.is_none() => match g.parse::<u32>() {
                 Ok(g) => g,
-                Err(_) => lookup(&group, g, true).map(|(g, _)| g).ok_or_else(|| SpecError::UnknownGroup(g.clone()))?,
+                Err(_) => lookup(&group, g, true)
+                    .map(|(g, _)| g)
+                    .ok_or_else(|| SpecError::UnknownGroup(g.clone()))?,
             },
             _ => passwd_gid.unwrap_or(0),
         },
@@ -289,8 +308,16 @@ pub fn process_args(container: &Container, image: &RunConfig) -> Result<Vec<Stri
     let entrypoint = image.entrypoint.clone().unwrap_or_default();
     let cmd = image.cmd.clone().unwrap_or_default();
     let args = match (container.command.is_empty(), container.args.is_empty()) {
-        (false, _) => container.command.iter().chain(&container.args).cloned().collect(),
-        (true, false) => entrypoint.into_iter().chain(container.args.iter().cloned()).collect(),
+        (false, _) => container
+            .command
+            .iter()
+            .chain(&container.args)
+            .cloned()
+            .collect(),
+        (true, false) => entrypoint
+            .into_iter()
+            .chain(container.args.iter().cloned())
+            .collect(),
         (true, true) => entrypoint.into_iter().chain(cmd).collect::<Vec<_>>(),
     };
     if args.is_empty() {
@@ -349,12 +376,49 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
 
     let mut mounts = vec![
         mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
-        mount("/dev", "tmpfs", "tmpfs", &["nosuid", "strictatime", "mode=755", "size=65536k"]),
-        mount("/dev/pts", "devpts", "devpts", &["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]),
-        mount("/dev/mqueue", "mqueue", "mqueue", &["nosuid", "noexec", "nodev"]),
-        mount("/dev/shm", "tmpfs", "shm", &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]),
-        mount("/sys", "sysfs", "sysfs", &["nosuid", "noexec", "nodev", "ro"]),
-        mount("/sys/fs/cgroup", "cgroup", "cgroup", &["nosuid", "noexec", "nodev", "relatime", "ro"]),
+        mount(
+            "/dev",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        ),
+        mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            &[
+                "nosuid",
+                "noexec",
+                "newinstance",
+                "ptmxmode=0666",
+                "mode=0620",
+                "gid=5",
+            ],
+        ),
+        mount(
+            "/dev/mqueue",
+            "mqueue",
+            "mqueue",
+            &["nosuid", "noexec", "nodev"],
+        ),
+        mount(
+            "/dev/shm",
+            "tmpfs",
+            "shm",
+            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        ),
+        mount(
+            "/sys",
+            "sysfs",
+            "sysfs",
+            &["nosuid", "noexec", "nodev", "ro"],
+        ),
+        mount(
+            "/sys/fs/cgroup",
+            "cgroup",
+            "cgroup",
+            &["nosuid", "noexec", "nodev", "relatime", "ro"],
+        ),
         bind("/etc/hosts", &paths.hosts, false),
         bind("/etc/resolv.conf", &paths.resolv_conf, false),
         bind("/etc/hostname", &paths.hostname, false),
@@ -365,11 +429,21 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         }
     }
 
-    let mut namespaces = vec![Namespace { kind: "mount", path: None }];
+    let mut namespaces = vec![Namespace {
+        kind: "mount",
+        path: None,
+    }];
     if !pod.host_pid {
-        namespaces.push(Namespace { kind: "pid", path: None });
+        namespaces.push(Namespace {
+            kind: "pid",
+            path: None,
+        });
     }
-    let shared = [("network", &paths.net_ns), ("uts", &paths.uts_ns), ("ipc", &paths.ipc_ns)];
+    let shared = [
+        ("network", &paths.net_ns),
+        ("uts", &paths.uts_ns),
+        ("ipc", &paths.ipc_ns),
+    ];
     for (kind, path) in shared {
         if let Some(path) = path {
             namespaces.push(Namespace {
@@ -435,7 +509,9 @@ mod tests {
     use crate::pod::manifest::{Document, parse};
 
     fn pod(containers: &str) -> Pod {
-        let text = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers: {containers}\n");
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers: {containers}\n"
+        );
         match parse(&text, "f").remove(0) {
             Document::Pod(p) => *p,
             Document::Rejected { reason, .. } => panic!("{reason}"),
@@ -455,18 +531,31 @@ mod tests {
     fn command_and_args_follow_kubernetes_rules() {
         let p = pod("[{name: a, image: x:1}]");
         let c = &p.containers[0];
-        assert_eq!(process_args(c, &image(&["/ep"], &["cmd"])).unwrap(), vec!["/ep", "cmd"]);
+        assert_eq!(
+            process_args(c, &image(&["/ep"], &["cmd"])).unwrap(),
+            vec!["/ep", "cmd"]
+        );
         let p = pod("[{name: a, image: x:1, args: [x]}]");
-        assert_eq!(process_args(&p.containers[0], &image(&["/ep"], &["cmd"])).unwrap(), vec!["/ep", "x"]);
+        assert_eq!(
+            process_args(&p.containers[0], &image(&["/ep"], &["cmd"])).unwrap(),
+            vec!["/ep", "x"]
+        );
         let p = pod("[{name: a, image: x:1, command: [sh], args: [-c, 'true']}]");
-        assert_eq!(process_args(&p.containers[0], &image(&["/ep"], &["cmd"])).unwrap(), vec!["sh", "-c", "true"]);
+        assert_eq!(
+            process_args(&p.containers[0], &image(&["/ep"], &["cmd"])).unwrap(),
+            vec!["sh", "-c", "true"]
+        );
         let p = pod("[{name: a, image: x:1}]");
-        assert_eq!(process_args(&p.containers[0], &image(&[], &[])), Err(SpecError::NoCommand));
+        assert_eq!(
+            process_args(&p.containers[0], &image(&[], &[])),
+            Err(SpecError::NoCommand)
+        );
     }
 
     #[test]
     fn env_precedence() {
-        let p = pod("[{name: a, image: x:1, env: [{name: A, value: pod}, {name: PATH, value: /p}]}]");
+        let p =
+            pod("[{name: a, image: x:1, env: [{name: A, value: pod}, {name: PATH, value: /p}]}]");
         let img = RunConfig {
             env: Some(vec!["A=image".into(), "B=image".into()]),
             ..Default::default()
@@ -480,9 +569,14 @@ mod tests {
 
     #[test]
     fn users() {
-        let dir = std::env::temp_dir().join(format!("nanolet-spec-{}", crate::state::random_hex()));
+        let guard = crate::state::TestDir::new("spec");
+        let dir = guard.0.clone();
         std::fs::create_dir_all(dir.join("etc")).unwrap();
-        std::fs::write(dir.join("etc/passwd"), "root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/:/bin/sh\n").unwrap();
+        std::fs::write(
+            dir.join("etc/passwd"),
+            "root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/:/bin/sh\n",
+        )
+        .unwrap();
         std::fs::write(dir.join("etc/group"), "root:x:0:\nstaff:x:50:\n").unwrap();
         let p = pod("[{name: a, image: x:1}]");
         let c = &p.containers[0];
@@ -499,11 +593,13 @@ mod tests {
         assert_eq!((u.uid, u.gid), (4242, 0));
         assert!(resolve_user(&p, c, &with_user("nobody"), &dir).is_err());
         let nonroot = pod("[{name: a, image: x:1, securityContext: {runAsNonRoot: true}}]");
-        assert_eq!(resolve_user(&nonroot, &nonroot.containers[0], &with_user(""), &dir), Err(SpecError::RunsAsRoot));
+        assert_eq!(
+            resolve_user(&nonroot, &nonroot.containers[0], &with_user(""), &dir),
+            Err(SpecError::RunsAsRoot)
+        );
         let explicit = pod("[{name: a, image: x:1, securityContext: {runAsUser: 1000}}]");
         let u = resolve_user(&explicit, &explicit.containers[0], &with_user(""), &dir).unwrap();
         assert_eq!((u.uid, u.gid), (1000, 1001));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,0 +1,409 @@
+//! Test harness: a real registry on loopback, images built offline from
+//! busybox, and a nanolet agent on a temp state dir. Every fixture removes
+//! what it made when dropped, also when the test failed: processes, runc
+//! containers, mounts, cgroups and temp dirs.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(unique(prefix));
+        fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        for mount in mounts_under(&self.0) {
+            let _ = nix_umount(&mount);
+        }
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn nix_umount(path: &Path) -> std::io::Result<()> {
+    let status = Command::new("umount")
+        .arg("-l")
+        .arg(path)
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("umount failed"))
+    }
+}
+
+/// Mount points under `dir`, deepest first.
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut found: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| PathBuf::from(m.replace("\\040", " ")))
+        .filter(|m| m.starts_with(dir))
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    found.dedup();
+    found
+}
+
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A Distribution registry on a free loopback port.
+pub struct Registry {
+    dir: TempDir,
+    pub addr: String,
+}
+
+impl Registry {
+    pub fn start() -> Registry {
+        let dir = TempDir::new("nanolet-registry");
+        let addr = run(Command::new(repo().join("scripts/registry.sh"))
+            .arg("start")
+            .arg(dir.path()));
+        Registry { dir, addr }
+    }
+
+    /// Builds a busybox image with `build-image.sh` options and pushes it as
+    /// `name:tag`; returns the image reference.
+    pub fn push(&self, name_tag: &str, options: &[&str]) -> String {
+        let work = TempDir::new("nanolet-image");
+        let oci = work.path().join("oci");
+        let tag = name_tag
+            .rsplit_once(':')
+            .map(|(_, t)| t)
+            .unwrap_or("latest");
+        run(Command::new(repo().join("scripts/build-image.sh"))
+            .arg(&oci)
+            .args(options)
+            .args(["--tag", tag]));
+        run(Command::new(repo().join("scripts/push-image.sh"))
+            .arg(&oci)
+            .arg(tag)
+            .arg(&self.addr)
+            .arg(name_tag));
+        format!("{}/{name_tag}", self.addr)
+    }
+
+    /// The registry's own file for a blob, to corrupt it in tests.
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("scripts/registry.sh"))
+            .arg("stop")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// A nanolet agent with its own state dir, manifest dir, log dir and cgroup
+/// root.
+pub struct Agent {
+    pub dir: TempDir,
+    pub manifests: PathBuf,
+    pub state: PathBuf,
+    pub logs: PathBuf,
+    pub cgroup_root: String,
+    registry: String,
+    child: Option<Child>,
+    extra_args: Vec<String>,
+}
+
+impl Agent {
+    pub fn start(registry: &Registry) -> Agent {
+        Self::start_with(registry, &[])
+    }
+
+    pub fn start_with(registry: &Registry, extra_args: &[&str]) -> Agent {
+        let dir = TempDir::new("nanolet-agent");
+        let manifests = dir.path().join("manifests");
+        fs::create_dir_all(&manifests).unwrap();
+        let cgroup_root = format!("/{}", unique("nanolet-test"));
+        let mut agent = Agent {
+            state: dir.path().join("state"),
+            logs: dir.path().join("logs"),
+            manifests,
+            dir,
+            cgroup_root,
+            registry: registry.addr.clone(),
+            child: None,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        };
+        agent.spawn();
+        agent
+    }
+
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none());
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("agent.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_nanolet"))
+            .arg("run")
+            .arg("--state-dir")
+            .arg(&self.state)
+            .arg("--static-pod-path")
+            .arg(&self.manifests)
+            .arg("--pod-logs-dir")
+            .arg(&self.logs)
+            .arg("--cgroup-root")
+            .arg(&self.cgroup_root)
+            .arg("--insecure-registry")
+            .arg(&self.registry)
+            .args(&self.extra_args)
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// `kill -9` of the agent alone: monitors and containers live on.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    pub fn write_manifest(&self, file: &str, text: &str) {
+        // Written beside and renamed, as editors and config tools do, so the
+        // agent never reads half a file.
+        let tmp = self.manifests.join(format!(".{file}.tmp"));
+        fs::write(&tmp, text).unwrap();
+        fs::rename(&tmp, self.manifests.join(file)).unwrap();
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        fs::remove_file(self.manifests.join(file)).unwrap();
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nanolet"));
+        cmd.args(args).arg("--state-dir").arg(&self.state);
+        run(&mut cmd)
+    }
+
+    pub fn logs(&self, pod: &str, container: Option<&str>) -> String {
+        let mut args = vec!["logs", pod];
+        args.extend(container);
+        self.cli(&args)
+    }
+
+    /// Every pod record (status.json) in the state dir.
+    pub fn records(&self) -> Vec<Value> {
+        let Ok(entries) = fs::read_dir(self.state.join("pods")) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| fs::read(e.path().join("status.json")).ok())
+            .filter_map(|b| serde_json::from_slice(&b).ok())
+            .collect()
+    }
+
+    pub fn record(&self, name: &str) -> Option<Value> {
+        self.records().into_iter().find(|r| r["name"] == name)
+    }
+
+    pub fn container_status(&self, pod: &str, container: &str) -> Option<Value> {
+        let record = self.record(pod)?;
+        record["status"]["containerStatuses"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == container)
+            .cloned()
+    }
+
+    /// Polls until `check` holds, or panics with the agent's log.
+    pub fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&Agent) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = check(self) {
+                return v;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what}\n--- pods ---\n{:#?}\n--- agent log ---\n{}",
+                    self.records(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn wait_running(&self, pod: &str) -> Value {
+        self.wait_for(
+            &format!("pod {pod} running"),
+            Duration::from_secs(30),
+            |a| {
+                let r = a.record(pod)?;
+                let statuses = r["status"]["containerStatuses"].as_array()?;
+                let all = !statuses.is_empty()
+                    && statuses.iter().all(|c| c["state"]["running"].is_object());
+                all.then_some(r)
+            },
+        )
+    }
+
+    pub fn runtime_containers(&self) -> Vec<Value> {
+        let out = Command::new("runc")
+            .arg("--root")
+            .arg(self.state.join("runtime"))
+            .args(["list", "--format", "json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// The pid of a running container, from the runtime.
+    pub fn container_pid(&self, container_id: &str) -> Option<i64> {
+        self.runtime_containers()
+            .into_iter()
+            .find(|c| c["id"] == container_id && c["status"] == "running")
+            .and_then(|c| c["pid"].as_i64())
+    }
+
+    /// cgroup directories of this agent that still exist.
+    pub fn cgroup_dirs(&self, below: &str) -> Vec<PathBuf> {
+        cgroup_mounts()
+            .into_iter()
+            .map(|m| m.join(self.cgroup_root.trim_start_matches('/')).join(below))
+            .filter(|p| p.exists())
+            .collect()
+    }
+}
+
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let fs = right.split(' ').next()?;
+            let mount_point = left.split(' ').nth(4)?;
+            (fs == "cgroup" || fs == "cgroup2").then(|| PathBuf::from(mount_point))
+        })
+        .collect()
+}
+
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path());
+            }
+        }
+    }
+    let _ = fs::remove_dir(dir);
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill9();
+        // Monitors, then containers, then mounts and cgroups: nothing of the
+        // test may outlive it, whatever state the agent left.
+        if let Ok(pods) = fs::read_dir(self.state.join("pods")) {
+            for pod in pods.flatten() {
+                if let Ok(pid) = fs::read_to_string(pod.path().join("monitor.pid")) {
+                    let _ = Command::new("kill").arg("-9").arg(pid.trim()).status();
+                }
+            }
+        }
+        for c in self.runtime_containers() {
+            if let Some(id) = c["id"].as_str() {
+                let _ = Command::new("runc")
+                    .arg("--root")
+                    .arg(self.state.join("runtime"))
+                    .args(["delete", "--force", id])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        for mount in mounts_under(self.dir.path()) {
+            let _ = nix_umount(&mount);
+        }
+        for mount in cgroup_mounts() {
+            remove_cgroup_tree(&mount.join(self.cgroup_root.trim_start_matches('/')));
+        }
+    }
+}
+
+pub fn pod_yaml(name: &str, extra_spec: &str, containers: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{extra_spec}  containers:\n{containers}"
+    )
+}

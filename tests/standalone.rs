@@ -1,0 +1,562 @@
+//! Standalone mode end to end: manifests in a directory, images from a real
+//! registry on loopback, containers under real runc on overlayfs. Needs
+//! root, runc and docker-registry (scripts/test.sh installs them).
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use common::{Agent, Registry, pod_yaml};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(30);
+
+fn busybox(registry: &Registry) -> String {
+    registry.push("test/busybox:1", &[])
+}
+
+#[test]
+fn runs_a_pod_with_image_defaults_and_overrides() {
+    let registry = Registry::start();
+    let image = registry.push(
+        "test/app:1",
+        &[
+            "--env",
+            "FROM_IMAGE=image",
+            "--env",
+            "OVERRIDDEN=image",
+            "--workdir",
+            "/tmp",
+            "--user",
+            "app",
+            "--entrypoint",
+            r#"["sh","-c"]"#,
+            "--cmd",
+            r#"["echo image-cmd"]"#,
+        ],
+    );
+    let agent = Agent::start(&registry);
+    // Two documents, YAML and JSON, in one file.
+    let script = "echo env=$FROM_IMAGE,$OVERRIDDEN,$FROM_POD; echo pwd=$(pwd); echo id=$(id -u):$(id -g); echo host=$(hostname); echo ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,); ls /etc/hosts /etc/resolv.conf; sleep 3600";
+    let first = pod_yaml(
+        "app",
+        "",
+        &format!(
+            "  - name: main\n    image: {image}\n    args: [{script:?}]\n    env:\n    - {{name: OVERRIDDEN, value: pod}}\n    - {{name: FROM_POD, value: yes}}\n"
+        ),
+    );
+    let second = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "host-net", "namespace": "kube-system"},
+        "spec": {"hostNetwork": true, "containers": [{
+            "name": "c", "image": image, "command": ["sh", "-c"],
+            "args": ["echo ifaces=$(tail -n +3 /proc/net/dev | wc -l); echo host=$(hostname); sleep 3600"],
+            "workingDir": "/bin", "securityContext": {"runAsUser": 4242}
+        }]}
+    });
+    agent.write_manifest("pods.yaml", &format!("{first}---\n{second}\n"));
+
+    let started = Instant::now();
+    agent.wait_running("app");
+    agent.wait_running("host-net");
+    eprintln!("both pods running after {:?}", started.elapsed());
+
+    let logs = agent.wait_for("app output", T, |a| {
+        let l = a.logs("default/app", None);
+        l.contains("/etc/resolv.conf").then_some(l)
+    });
+    assert!(logs.contains("env=image,pod,yes"), "{logs}");
+    assert!(logs.contains("pwd=/tmp"), "{logs}");
+    assert!(logs.contains("id=1000:1000"), "{logs}");
+    assert!(logs.contains("host=app\n"), "{logs}");
+    // Its own network namespace: loopback only.
+    assert!(logs.contains("ifaces=lo,\n"), "{logs}");
+    assert!(logs.contains("/etc/hosts"), "{logs}");
+
+    let host = agent.wait_for("host-net output", T, |a| {
+        let l = a.logs("kube-system/host-net", Some("c"));
+        l.contains("host=").then_some(l)
+    });
+    let host_ifaces: usize = fs::read_to_string("/proc/net/dev")
+        .unwrap()
+        .lines()
+        .skip(2)
+        .count();
+    assert!(host.contains(&format!("ifaces={host_ifaces}\n")), "{host}");
+    let host_name = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(
+        host.contains(&format!("host={}", host_name.trim())),
+        "{host}"
+    );
+
+    let table = agent.cli(&["pods"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0]
+            .split_whitespace()
+            .eq(["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]),
+        "{table}"
+    );
+    assert!(
+        lines.iter().any(|l| l
+            .split_whitespace()
+            .take(5)
+            .eq(["default", "app", "1/1", "Running", "0"])),
+        "{table}"
+    );
+    assert!(
+        lines.iter().any(|l| l.split_whitespace().take(5).eq([
+            "kube-system",
+            "host-net",
+            "1/1",
+            "Running",
+            "0"
+        ])),
+        "{table}"
+    );
+
+    // The log file is where upstream puts it, in the CRI format.
+    let record = agent.record("app").unwrap();
+    let uid = record["uid"].as_str().unwrap();
+    let file = agent.logs.join(format!("default_app_{uid}/main/0.log"));
+    let text = fs::read_to_string(&file).unwrap();
+    let line = text.lines().find(|l| l.contains("pwd=")).unwrap();
+    let fields: Vec<&str> = line.splitn(4, ' ').collect();
+    assert!(
+        fields[0].ends_with('Z') && fields[0].contains('T'),
+        "{line}"
+    );
+    assert_eq!(&fields[1..], ["stdout", "F", "pwd=/tmp"]);
+    assert_eq!(record["status"]["qosClass"], "BestEffort");
+
+    let tail = agent.cli(&["logs", "--tail", "1", "default/app"]);
+    assert_eq!(tail.lines().count(), 1, "{tail}");
+}
+
+fn restarts(agent: &Agent, pod: &str, container: &str) -> i64 {
+    agent
+        .container_status(pod, container)
+        .and_then(|c| c["restartCount"].as_i64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn restart_policies_and_crash_loop_backoff() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    let crasher = |name: &str, policy: &str, code: i32| {
+        pod_yaml(
+            name,
+            &format!("  restartPolicy: {policy}\n"),
+            &format!(
+                "  - name: c\n    image: {image}\n    command: [sh, -c, 'echo run; exit {code}']\n"
+            ),
+        )
+    };
+    agent.write_manifest("always.yaml", &crasher("always", "Always", 1));
+    agent.write_manifest(
+        "onfailure-ok.yaml",
+        &crasher("onfailure-ok", "OnFailure", 0),
+    );
+    agent.write_manifest("never.yaml", &crasher("never", "Never", 3));
+
+    // Never: exit code 3 → Failed, no restart.
+    let never = agent.wait_for("never to fail", T, |a| {
+        let r = a.record("never")?;
+        (r["status"]["phase"] == "Failed").then_some(r)
+    });
+    let state = &never["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(state["exitCode"], 3);
+    assert_eq!(state["reason"], "Error");
+
+    // OnFailure with success: Succeeded, Completed, no restart.
+    let ok = agent.wait_for("onfailure-ok to succeed", T, |a| {
+        let r = a.record("onfailure-ok")?;
+        (r["status"]["phase"] == "Succeeded").then_some(r)
+    });
+    assert_eq!(
+        ok["status"]["containerStatuses"][0]["state"]["terminated"]["reason"],
+        "Completed"
+    );
+    assert_eq!(ok["status"]["containerStatuses"][0]["restartCount"], 0);
+
+    // Always: restarted at once, then CrashLoopBackOff for 10 s, then again.
+    agent.wait_for("a first restart", T, |a| {
+        (restarts(a, "always", "c") >= 1).then_some(())
+    });
+    let waiting = agent.wait_for("CrashLoopBackOff", T, |a| {
+        let c = a.container_status("always", "c")?;
+        (c["state"]["waiting"]["reason"] == "CrashLoopBackOff").then_some(c)
+    });
+    assert!(
+        waiting["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("back-off 10s"),
+        "{waiting}"
+    );
+    assert_eq!(waiting["lastState"]["terminated"]["exitCode"], 1);
+    let table = agent.cli(&["pods"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("always") && l.contains("CrashLoopBackOff")),
+        "{table}"
+    );
+    let backoff_seen = Instant::now();
+    agent.wait_for(
+        "the restart after the back-off",
+        Duration::from_secs(20),
+        |a| (restarts(a, "always", "c") >= 2).then_some(()),
+    );
+    let waited = backoff_seen.elapsed();
+    assert!(
+        waited >= Duration::from_secs(7),
+        "restarted after only {waited:?}"
+    );
+    // The previous instance's log is kept for `logs --previous`.
+    let previous = agent.cli(&["logs", "--previous", "default/always"]);
+    assert_eq!(previous.trim(), "run");
+}
+
+fn pod_dir_count(agent: &Agent) -> usize {
+    fs::read_dir(agent.state.join("pods"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn edit_replaces_and_delete_terminates_and_cleans_up() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    // One container exits on SIGTERM, the other ignores it and is killed at
+    // the end of the grace period.
+    let spec = |tag: &str| {
+        pod_yaml(
+            "web",
+            "  terminationGracePeriodSeconds: 3\n",
+            &format!(
+                "  - name: polite\n    image: {image}\n    command: [sh, -c, 'trap \"exit 0\" TERM; echo {tag}; while true; do sleep 0.1; done']\n  - name: stubborn\n    image: {image}\n    command: [sh, -c, 'trap \"\" TERM; while true; do sleep 0.1; done']\n"
+            ),
+        )
+    };
+    agent.write_manifest("web.yaml", &spec("v1"));
+    let first = agent.wait_running("web");
+    let first_uid = first["uid"].as_str().unwrap().to_owned();
+
+    agent.write_manifest("web.yaml", &spec("v2"));
+    let second = agent.wait_for("the edited pod", T, |a| {
+        let r = a.record("web")?;
+        (r["uid"] != first_uid.as_str()
+            && r["status"]["containerStatuses"][0]["state"]["running"].is_object())
+        .then_some(r)
+    });
+    agent.wait_for("the old pod to go", T, |a| {
+        (pod_dir_count(a) == 1).then_some(())
+    });
+    assert!(agent.logs("default/web", Some("polite")).contains("v2"));
+    let uid = second["uid"].as_str().unwrap().to_owned();
+    assert!(!agent.cgroup_dirs("kubepods/besteffort").is_empty());
+
+    let removed = Instant::now();
+    agent.remove_manifest("web.yaml");
+    agent.wait_for("the pod to be removed", T, |a| {
+        (pod_dir_count(a) == 0).then_some(())
+    });
+    let took = removed.elapsed();
+    assert!(
+        took >= Duration::from_secs(3),
+        "SIGKILL came before the grace period: {took:?}"
+    );
+    assert!(took < Duration::from_secs(15), "termination took {took:?}");
+    let log = agent.log();
+    assert!(log.contains("container polite exited with code 0"), "{log}");
+    assert!(
+        log.contains("container stubborn exited with code 137"),
+        "{log}"
+    );
+
+    // Nothing of the pod is left.
+    assert!(
+        agent.runtime_containers().is_empty(),
+        "{:?}",
+        agent.runtime_containers()
+    );
+    assert!(
+        common::mounts_under(&agent.state).is_empty(),
+        "{:?}",
+        common::mounts_under(&agent.state)
+    );
+    assert!(
+        agent
+            .cgroup_dirs(&format!("kubepods/besteffort/pod{uid}"))
+            .is_empty()
+    );
+    assert!(!agent.logs.join(format!("default_web_{uid}")).exists());
+    let monitors = std::process::Command::new("pgrep")
+        .args([
+            "-f",
+            &format!("monitor --pod-dir {}", agent.state.display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(monitors.stdout.is_empty(), "monitor still running");
+}
+
+#[test]
+fn kill9_of_the_agent_adopts_running_containers_and_sees_exits() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let mut agent = Agent::start(&registry);
+    agent.write_manifest(
+        "pod.yaml",
+        &pod_yaml(
+            "survivor",
+            "  restartPolicy: Never\n",
+            &format!(
+                "  - name: ticker\n    image: {image}\n    command: [sh, -c, 'i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done']\n  - name: short\n    image: {image}\n    command: [sh, -c, 'sleep 2; exit 7']\n"
+            ),
+        ),
+    );
+    agent.wait_running("survivor");
+    let id = agent.container_status("survivor", "ticker").unwrap()["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("runc://")
+        .to_owned();
+    let pid = agent.container_pid(&id).expect("ticker runs");
+
+    agent.kill9();
+    let before = agent
+        .logs("default/survivor", Some("ticker"))
+        .lines()
+        .count();
+    // While the agent is down: the short container exits, the ticker logs on.
+    std::thread::sleep(Duration::from_secs(3));
+    let during = agent
+        .logs("default/survivor", Some("ticker"))
+        .lines()
+        .count();
+    assert!(
+        during > before + 5,
+        "logs stopped while the agent was down: {before} → {during}"
+    );
+
+    agent.spawn();
+    let short = agent.wait_for("the exit seen after restart", T, |a| {
+        let c = a.container_status("survivor", "short")?;
+        c["state"]["terminated"].is_object().then_some(c)
+    });
+    assert_eq!(short["state"]["terminated"]["exitCode"], 7);
+    // Adopted, not restarted.
+    let ticker = agent.container_status("survivor", "ticker").unwrap();
+    assert_eq!(ticker["restartCount"], 0);
+    assert!(ticker["state"]["running"].is_object(), "{ticker}");
+    assert_eq!(agent.container_pid(&id), Some(pid));
+    assert!(agent.log().contains("adopted running container ticker"));
+}
+
+#[test]
+fn bad_manifests_are_reported_and_harm_nothing() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let mut agent = Agent::start(&registry);
+    agent.write_manifest(
+        "good.yaml",
+        &pod_yaml(
+            "good",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("good");
+    agent.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: [\n",
+    );
+    agent.write_manifest("noimage.yaml", &pod_yaml("noimage", "", "  - name: c\n"));
+    agent.write_manifest(
+        "probe.yaml",
+        &pod_yaml("probe", "", &format!("  - name: c\n    image: {image}\n    livenessProbe: {{exec: {{command: [true]}}}}\n")),
+    );
+    agent.write_manifest(
+        "privileged.yaml",
+        &pod_yaml(
+            "privileged",
+            "",
+            &format!(
+                "  - name: c\n    image: {image}\n    securityContext: {{privileged: true}}\n"
+            ),
+        ),
+    );
+    let table = agent.wait_for("rejections in nanolet pods", T, |a| {
+        let t = a.cli(&["pods"]);
+        (t.matches("Rejected").count() >= 4).then_some(t)
+    });
+    assert!(
+        table.contains("broken.yaml (document 0): invalid YAML"),
+        "{table}"
+    );
+    assert!(
+        table.contains("noimage.yaml (document 0): spec.containers[0].image: required"),
+        "{table}"
+    );
+    assert!(table.contains("probe.yaml (document 0): spec.containers[0].livenessProbe: not supported by nanolet yet"), "{table}");
+    assert!(table.contains("privileged.yaml (document 0): spec.containers[0].securityContext.privileged=true: not supported"), "{table}");
+    assert!(
+        table.lines().any(|l| l
+            .split_whitespace()
+            .take(4)
+            .eq(["default", "noimage", "0/0", "Rejected"])),
+        "{table}"
+    );
+    let log = agent.log();
+    assert!(log.contains("broken.yaml"), "{log}");
+    assert!(agent.is_running());
+    // The good pod was not touched.
+    let good = agent.container_status("good", "c").unwrap();
+    assert_eq!(good["restartCount"], 0);
+    assert!(good["state"]["running"].is_object());
+    assert_eq!(pod_dir_count(&agent), 1);
+}
+
+#[test]
+fn multi_arch_index_and_pull_failures() {
+    let registry = Registry::start();
+    // An index whose arm64 entry has a marker file the amd64 one lacks.
+    let work = common::TempDir::new("nanolet-index");
+    let marker = work.path().join("marker");
+    fs::write(&marker, "arm64\n").unwrap();
+    let (amd, arm) = (work.path().join("amd64"), work.path().join("arm64"));
+    common::run(
+        std::process::Command::new(common::repo().join("scripts/build-image.sh"))
+            .arg(&amd)
+            .args(["--arch", "amd64"]),
+    );
+    common::run(
+        std::process::Command::new(common::repo().join("scripts/build-image.sh"))
+            .arg(&arm)
+            .args([
+                "--arch",
+                "arm64",
+                "--extra-file",
+                &format!("{}:/marker", marker.display()),
+            ]),
+    );
+    common::run(
+        std::process::Command::new(common::repo().join("scripts/push-image.sh"))
+            .args(["--index", &registry.addr, "test/multi:1"])
+            .arg(&amd)
+            .arg(&arm),
+    );
+    let image = format!("{}/test/multi:1", registry.addr);
+    let index = common::run(std::process::Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{image}"),
+    ]));
+    let index: Value = serde_json::from_str(&index).unwrap();
+    assert_eq!(index["manifests"].as_array().unwrap().len(), 2);
+
+    let agent = Agent::start(&registry);
+    agent.write_manifest(
+        "multi.yaml",
+        &pod_yaml("multi", "", &format!("  - name: c\n    image: {image}\n    command: [sh, -c, 'uname -m; ls /marker; sleep 3600']\n")),
+    );
+    agent.wait_running("multi");
+    let logs = agent.wait_for("output", T, |a| {
+        let l = a.logs("default/multi", None);
+        l.contains("marker").then_some(l)
+    });
+    assert!(logs.contains("x86_64"), "{logs}");
+    assert!(
+        logs.contains("No such file"),
+        "the arm64 layer was used: {logs}"
+    );
+
+    // A blob whose content does not match its digest: the pull fails with a
+    // clear reason and the store is unchanged.
+    let bad = registry.push(
+        "test/corrupt:1",
+        &["--extra-file", &format!("{}:/different", marker.display())],
+    );
+    let manifest: Value =
+        serde_json::from_str(&common::run(std::process::Command::new("skopeo").args([
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            &format!("docker://{bad}"),
+        ])))
+        .unwrap();
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_owned();
+    let blob = registry.blob_file(&layer);
+    let mut data = fs::read(&blob).unwrap();
+    let last = data.len() - 1;
+    data[last] ^= 0xff;
+    fs::write(&blob, data).unwrap();
+    let images = agent.state.join("images");
+    let before = tree(&images);
+    agent.write_manifest(
+        "corrupt.yaml",
+        &pod_yaml(
+            "corrupt",
+            "",
+            &format!("  - name: c\n    image: {bad}\n    command: ['true']\n"),
+        ),
+    );
+    let waiting = agent.wait_for("ErrImagePull", T, |a| {
+        let c = a.container_status("corrupt", "c")?;
+        (c["state"]["waiting"]["reason"] == "ErrImagePull").then_some(c)
+    });
+    let message = waiting["state"]["waiting"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("blob {layer} failed verification")),
+        "{message}"
+    );
+    assert_eq!(tree(&images), before, "the failed pull changed the store");
+    agent.wait_for("ImagePullBackOff", T, |a| {
+        let c = a.container_status("corrupt", "c")?;
+        (c["state"]["waiting"]["reason"] == "ImagePullBackOff").then_some(())
+    });
+
+    // Never with an absent image.
+    agent.write_manifest(
+        "never.yaml",
+        &pod_yaml(
+            "never-pull",
+            "",
+            &format!(
+                "  - name: c\n    image: {}/test/absent:1\n    imagePullPolicy: Never\n",
+                registry.addr
+            ),
+        ),
+    );
+    agent.wait_for("ErrImageNeverPull", T, |a| {
+        let c = a.container_status("never-pull", "c")?;
+        (c["state"]["waiting"]["reason"] == "ErrImageNeverPull").then_some(())
+    });
+}
+
+/// Paths (and sizes of files) under `dir`, ignoring the empty tmp dir.
+fn tree(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            let meta = e.metadata().unwrap();
+            let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+            if meta.is_dir() {
+                stack.push(e.path());
+                out.push((rel, 0));
+            } else {
+                out.push((rel, meta.len()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
