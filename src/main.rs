@@ -94,7 +94,11 @@ impl std::error::Error for Usage {}
 fn init_logging(verbose: bool) {
     let default = if verbose { "debug" } else { "info" };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
-        .format_timestamp_millis()
+        .format(|buf, record| {
+            use std::io::Write;
+            let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.3fZ");
+            writeln!(buf, "{now} {:<5} {}", record.level(), record.args())
+        })
         .init();
 }
 

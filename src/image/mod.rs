@@ -101,18 +101,24 @@ impl ImageService {
             .clone();
         let started = std::time::Instant::now();
         let result = {
+            let someone_pulling = lock.try_lock().is_none();
             let _guard = lock.lock().await;
-            self.pull(&reference, &key).await
+            // The pull we waited for is as fresh as ours would be.
+            match self.store.record(&key)? {
+                Some(record) if someone_pulling => Ok(record),
+                _ => self.pull(&reference, &key).await.inspect(|record| {
+                    log::info!(
+                        "pulled {key} ({} bytes) in {:?}",
+                        record.size,
+                        started.elapsed()
+                    );
+                }),
+            }
         };
         if Rc::strong_count(&lock) <= 2 {
             self.pulls.borrow_mut().remove(&key);
         }
         let record = result?;
-        log::info!(
-            "pulled {key} ({} bytes) in {:?}",
-            record.size,
-            started.elapsed()
-        );
         self.image_from(record)
     }
 

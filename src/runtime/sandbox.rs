@@ -239,11 +239,11 @@ fn loopback_up() -> io::Result<()> {
         *dst = *src as libc::c_char;
     }
     let result = unsafe {
-        if libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) < 0 {
+        if libc::ioctl(sock, libc::SIOCGIFFLAGS as _, &mut req) < 0 {
             Err(io::Error::last_os_error())
         } else {
             req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            if libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) < 0 {
+            if libc::ioctl(sock, libc::SIOCSIFFLAGS as _, &req) < 0 {
                 Err(io::Error::last_os_error())
             } else {
                 Ok(())

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the suite needs, then runs all of it: formatting and lints,
+# unit and integration tests (real registry, runc, overlayfs; as root), and
+# the static aarch64 build with its unit tests under qemu.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+if [[ $(id -u) != 0 ]]; then
+  echo "test.sh: the suite runs containers and mounts: run it as root" >&2
+  exit 1
+fi
+scripts/install-deps.sh
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --locked --all-targets -- -D warnings
+
+echo "== aarch64: static release build, unit tests under qemu"
+scripts/build-cross.sh --test
+
+echo "== unit and integration tests"
+cargo test --locked
