@@ -63,9 +63,21 @@ impl Layout {
     }
 }
 
+/// What a replaced file must survive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// A power cut: file and directory are fsynced. For what must come back
+    /// after a reboot (checkpoints, the image store).
+    PowerLoss,
+    /// The agent killed at any instruction: the rename alone is atomic. For
+    /// state rewritten often and rebuilt after a reboot anyway (status,
+    /// container records); skipping fsync keeps pod starts fast on SD cards.
+    ProcessCrash,
+}
+
 /// Writes `data` to `path` so that a crash leaves either the old or the new
 /// file. `mode` applies to the new file.
-pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), StateError> {
+pub fn write_atomic(path: &Path, data: &[u8], mode: u32, durability: Durability) -> Result<(), StateError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -81,8 +93,13 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), StateErro
             .open(&tmp)
             .map_err(io_err(&tmp))?;
         file.write_all(data).map_err(io_err(&tmp))?;
-        file.sync_all().map_err(io_err(&tmp))?;
+        if durability == Durability::PowerLoss {
+            file.sync_all().map_err(io_err(&tmp))?;
+        }
         fs::rename(&tmp, path).map_err(io_err(path))?;
+        if durability == Durability::ProcessCrash {
+            return Ok(());
+        }
         // The rename is durable only once the directory entry is.
         File::open(dir)
             .and_then(|d| d.sync_all())
@@ -94,12 +111,17 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), StateErro
     result
 }
 
-pub fn write_json<T: Serialize>(path: &Path, value: &T, mode: u32) -> Result<(), StateError> {
+pub fn write_json<T: Serialize>(
+    path: &Path,
+    value: &T,
+    mode: u32,
+    durability: Durability,
+) -> Result<(), StateError> {
     let data = serde_json::to_vec_pretty(value).map_err(|source| StateError::Json {
         path: path.to_owned(),
         source,
     })?;
-    write_atomic(path, &data, mode)
+    write_atomic(path, &data, mode, durability)
 }
 
 /// Reads a JSON file; `Ok(None)` when it does not exist.
@@ -192,8 +214,8 @@ mod tests {
         let guard = TestDir::new("state");
         let dir = guard.0.clone();
         let file = dir.join("x.json");
-        write_json(&file, &vec![1, 2], 0o600).unwrap();
-        write_json(&file, &vec![3], 0o600).unwrap();
+        write_json(&file, &vec![1, 2], 0o600, Durability::PowerLoss).unwrap();
+        write_json(&file, &vec![3], 0o600, Durability::ProcessCrash).unwrap();
         let back: Option<Vec<i32>> = read_json(&file).unwrap();
         assert_eq!(back, Some(vec![3]));
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1 as core;
 use serde::{Deserialize, Serialize};
 
 use crate::pod::status::ContainerView;
-use crate::state::{self, StateError};
+use crate::state::{self, Durability, StateError};
 
 pub const POD_FILE: &str = "pod.json";
 pub const CONTAINERS_FILE: &str = "containers.json";
@@ -57,7 +57,7 @@ pub fn read_checkpoint(pod_dir: &Path) -> Result<Option<Checkpoint>, StateError>
 }
 
 pub fn write_checkpoint(pod_dir: &Path, checkpoint: &Checkpoint) -> Result<(), StateError> {
-    state::write_json(&pod_dir.join(POD_FILE), checkpoint, 0o600)
+    state::write_json(&pod_dir.join(POD_FILE), checkpoint, 0o600, Durability::PowerLoss)
 }
 
 pub fn read_containers(pod_dir: &Path) -> Result<Option<Vec<ContainerRecord>>, StateError> {
@@ -65,7 +65,7 @@ pub fn read_containers(pod_dir: &Path) -> Result<Option<Vec<ContainerRecord>>, S
 }
 
 pub fn write_containers(pod_dir: &Path, records: &[ContainerRecord]) -> Result<(), StateError> {
-    state::write_json(&pod_dir.join(CONTAINERS_FILE), &records, 0o600)
+    state::write_json(&pod_dir.join(CONTAINERS_FILE), &records, 0o600, Durability::ProcessCrash)
 }
 
 pub fn read_record(pod_dir: &Path) -> Result<Option<PodRecord>, StateError> {
@@ -73,7 +73,7 @@ pub fn read_record(pod_dir: &Path) -> Result<Option<PodRecord>, StateError> {
 }
 
 pub fn write_record(pod_dir: &Path, record: &PodRecord) -> Result<(), StateError> {
-    state::write_json(&pod_dir.join(STATUS_FILE), record, 0o644)
+    state::write_json(&pod_dir.join(STATUS_FILE), record, 0o644, Durability::ProcessCrash)
 }
 
 /// A manifest document that was not admitted, for `nanolet pods`.

@@ -63,6 +63,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         &layout.agent_pid(),
         std::process::id().to_string().as_bytes(),
         0o644,
+        state::Durability::ProcessCrash,
     )?;
 
     let runtime = Runtime::new(
@@ -101,6 +102,8 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         layout,
         config,
     });
+    // Child processes are reaped on the loop, not by a thread of their own.
+    crate::rt::spawn(async_process::driver()).detach();
     crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();
 
     let (done_tx, done_rx) = smol::channel::unbounded::<String>();
@@ -144,6 +147,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])
             .map_err(|e| AgentError::Setup(format!("signals: {e}")))?;
     let mut reported: Vec<(String, usize, String)> = Vec::new();
+    let mut first_scan = true;
 
     loop {
         let scan = match &source {
@@ -155,17 +159,19 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             .iter()
             .map(|r| (r.file.clone(), r.index, r.reason.clone()))
             .collect();
-        if now_rejected != reported {
+        if now_rejected != reported || first_scan {
             for r in &scan.rejected {
                 if !reported.contains(&(r.file.clone(), r.index, r.reason.clone())) {
                     log::error!("manifest {} (document {}): {}", r.file, r.index, r.reason);
                 }
             }
             reported = now_rejected;
+            let path = ctx.layout.rejected_manifests();
+            if let Err(e) = state::write_json(&path, &scan.rejected, 0o644, state::Durability::ProcessCrash) {
+                log::error!("{e}");
+            }
         }
-        if let Err(e) = state::write_json(&ctx.layout.rejected_manifests(), &scan.rejected, 0o644) {
-            log::error!("{e}");
-        }
+        first_scan = false;
         let desired: HashMap<String, Pod> =
             scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
         for (uid, handle) in workers.iter_mut() {

@@ -28,9 +28,9 @@ pub struct ManifestSource {
     max_pods: usize,
 }
 
-/// Inotify events are bursty (an editor writes, renames, chmods); wait this
-/// long after the first one before rescanning.
-const SETTLE: Duration = Duration::from_millis(100);
+/// Changes come in bursts (several files copied at once); events within
+/// this time of the first share one rescan.
+const SETTLE: Duration = Duration::from_millis(5);
 
 impl ManifestSource {
     pub fn new(dir: PathBuf, rescan: Duration, max_pods: usize) -> Self {
@@ -48,12 +48,12 @@ impl ManifestSource {
         if self.watch.is_some() {
             return;
         }
-        let flags = AddWatchFlags::IN_CREATE
-            | AddWatchFlags::IN_DELETE
+        // Only events after which a file is complete: not IN_CREATE or
+        // IN_MODIFY, which come while a writer is still writing.
+        let flags = AddWatchFlags::IN_DELETE
             | AddWatchFlags::IN_CLOSE_WRITE
             | AddWatchFlags::IN_MOVED_TO
             | AddWatchFlags::IN_MOVED_FROM
-            | AddWatchFlags::IN_MODIFY
             | AddWatchFlags::IN_DELETE_SELF
             | AddWatchFlags::IN_MOVE_SELF;
         let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)

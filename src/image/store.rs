@@ -94,14 +94,15 @@ impl Store {
     pub fn put_record(&self, record: ImageRecord) -> Result<(), StateError> {
         let mut records = self.records()?;
         records.insert(record.reference.clone(), record);
-        state::write_json(&self.index_path(), &records, 0o600)
+        state::write_json(&self.index_path(), &records, 0o600, state::Durability::PowerLoss)
     }
 
     pub fn touch(&self, reference: &str) -> Result<(), StateError> {
         let mut records = self.records()?;
         if let Some(r) = records.get_mut(reference) {
             r.last_used = Timestamp::now();
-            state::write_json(&self.index_path(), &records, 0o600)?;
+            // Last use only orders GC candidates: not worth an fsync per start.
+            state::write_json(&self.index_path(), &records, 0o600, state::Durability::ProcessCrash)?;
         }
         Ok(())
     }

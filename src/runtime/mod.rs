@@ -63,7 +63,7 @@ impl Bundle {
 
     pub fn write_spec(&self, spec: &spec::Spec) -> Result<(), BundleError> {
         let path = self.dir.join("config.json");
-        Ok(crate::state::write_json(&path, spec, 0o600)?)
+        Ok(crate::state::write_json(&path, spec, 0o600, crate::state::Durability::ProcessCrash)?)
     }
 
     /// Removes the container from the runtime and its bundle from disk.

@@ -360,6 +360,23 @@ fn cgroup_mounts() -> Vec<PathBuf> {
         .collect()
 }
 
+/// Kills what still runs in a cgroup tree: containers whose runtime state
+/// was lost cannot be deleted through the runtime.
+fn kill_cgroup_processes(dir: &Path) {
+    if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+        for pid in procs.split_whitespace() {
+            let _ = Command::new("kill").args(["-9", pid]).stderr(Stdio::null()).status();
+        }
+    }
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                kill_cgroup_processes(&e.path());
+            }
+        }
+    }
+}
+
 fn remove_cgroup_tree(dir: &Path) {
     if let Ok(entries) = fs::read_dir(dir) {
         for e in entries.flatten() {
@@ -397,7 +414,9 @@ impl Drop for Agent {
             let _ = nix_umount(&mount);
         }
         for mount in cgroup_mounts() {
-            remove_cgroup_tree(&mount.join(self.cgroup_root.trim_start_matches('/')));
+            let root = mount.join(self.cgroup_root.trim_start_matches('/'));
+            kill_cgroup_processes(&root);
+            remove_cgroup_tree(&root);
         }
     }
 }
