@@ -77,7 +77,12 @@ pub enum Durability {
 
 /// Writes `data` to `path` so that a crash leaves either the old or the new
 /// file. `mode` applies to the new file.
-pub fn write_atomic(path: &Path, data: &[u8], mode: u32, durability: Durability) -> Result<(), StateError> {
+pub fn write_atomic(
+    path: &Path,
+    data: &[u8],
+    mode: u32,
+    durability: Durability,
+) -> Result<(), StateError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -201,6 +206,9 @@ impl TestDir {
 #[cfg(test)]
 impl Drop for TestDir {
     fn drop(&mut self) {
+        for mount in crate::mount::mounts_under(&self.0) {
+            let _ = crate::mount::unmount(&mount);
+        }
         let _ = fs::remove_dir_all(&self.0);
     }
 }

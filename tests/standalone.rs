@@ -560,3 +560,92 @@ fn tree(dir: &std::path::Path) -> Vec<(String, u64)> {
     out.sort();
     out
 }
+
+#[test]
+fn log_rotation_and_follow() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start_with(
+        &registry,
+        &[
+            "--container-log-max-size",
+            "4Ki",
+            "--container-log-max-files",
+            "3",
+        ],
+    );
+    agent.write_manifest(
+        "chatty.yaml",
+        &pod_yaml(
+            "chatty",
+            "  restartPolicy: Never\n",
+            &format!("  - name: c\n    image: {image}\n    command: [sh, -c, 'sleep 1; for i in $(seq 1 400); do echo line $i; done; sleep 1; echo last']\n"),
+        ),
+    );
+    agent.wait_running("chatty");
+    // Follow from the start; it must end by itself when the container does.
+    let follow = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args(["logs", "-f", "default/chatty", "--state-dir"])
+        .arg(&agent.state)
+        .output()
+        .unwrap();
+    assert!(follow.status.success());
+    let followed = String::from_utf8_lossy(&follow.stdout);
+    assert!(followed.ends_with("last\n"), "{followed}");
+    assert!(followed.contains("line 400\n"), "{followed}");
+
+    let record = agent.wait_for("completion", T, |a| {
+        let r = a.record("chatty")?;
+        (r["status"]["phase"] == "Succeeded").then_some(r)
+    });
+    let dir = agent.logs.join(format!(
+        "default_chatty_{}/c",
+        record["uid"].as_str().unwrap()
+    ));
+    let mut files: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(files.contains(&"0.log".to_string()));
+    assert_eq!(
+        files.iter().filter(|f| f.ends_with(".gz")).count(),
+        1,
+        "{files:?}"
+    );
+    for f in &files {
+        let size = fs::metadata(dir.join(f)).unwrap().len();
+        assert!(size <= 4096, "{f} is {size} bytes");
+    }
+    // Only the live file is read, as upstream: it ends with the last line.
+    let live = agent.logs("default/chatty", None);
+    assert!(live.ends_with("line 400\nlast"), "{live}");
+}
+
+#[test]
+fn config_errors_exit_2_naming_key_and_file() {
+    let dir = common::TempDir::new("nanolet-config");
+    let file = dir.path().join("bad.yaml");
+    fs::write(
+        &file,
+        "kind: KubeletConfiguration\nstaticPodPath: /x\nimageGCHighThresholdPercnt: 85\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args(["run", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("imageGCHighThresholdPercnt") && err.contains(file.to_str().unwrap()),
+        "{err}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args(["run", "--no-such-flag", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

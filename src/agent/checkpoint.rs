@@ -57,7 +57,12 @@ pub fn read_checkpoint(pod_dir: &Path) -> Result<Option<Checkpoint>, StateError>
 }
 
 pub fn write_checkpoint(pod_dir: &Path, checkpoint: &Checkpoint) -> Result<(), StateError> {
-    state::write_json(&pod_dir.join(POD_FILE), checkpoint, 0o600, Durability::PowerLoss)
+    state::write_json(
+        &pod_dir.join(POD_FILE),
+        checkpoint,
+        0o600,
+        Durability::PowerLoss,
+    )
 }
 
 pub fn read_containers(pod_dir: &Path) -> Result<Option<Vec<ContainerRecord>>, StateError> {
@@ -65,7 +70,12 @@ pub fn read_containers(pod_dir: &Path) -> Result<Option<Vec<ContainerRecord>>, S
 }
 
 pub fn write_containers(pod_dir: &Path, records: &[ContainerRecord]) -> Result<(), StateError> {
-    state::write_json(&pod_dir.join(CONTAINERS_FILE), &records, 0o600, Durability::ProcessCrash)
+    state::write_json(
+        &pod_dir.join(CONTAINERS_FILE),
+        &records,
+        0o600,
+        Durability::ProcessCrash,
+    )
 }
 
 pub fn read_record(pod_dir: &Path) -> Result<Option<PodRecord>, StateError> {
@@ -73,7 +83,12 @@ pub fn read_record(pod_dir: &Path) -> Result<Option<PodRecord>, StateError> {
 }
 
 pub fn write_record(pod_dir: &Path, record: &PodRecord) -> Result<(), StateError> {
-    state::write_json(&pod_dir.join(STATUS_FILE), record, 0o644, Durability::ProcessCrash)
+    state::write_json(
+        &pod_dir.join(STATUS_FILE),
+        record,
+        0o644,
+        Durability::ProcessCrash,
+    )
 }
 
 /// A manifest document that was not admitted, for `nanolet pods`.

@@ -167,7 +167,12 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             }
             reported = now_rejected;
             let path = ctx.layout.rejected_manifests();
-            if let Err(e) = state::write_json(&path, &scan.rejected, 0o644, state::Durability::ProcessCrash) {
+            if let Err(e) = state::write_json(
+                &path,
+                &scan.rejected,
+                0o644,
+                state::Durability::ProcessCrash,
+            ) {
                 log::error!("{e}");
             }
         }

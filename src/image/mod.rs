@@ -243,7 +243,12 @@ impl ImageService {
             }
         }
         // The config, then the record, only once every layer is in place.
-        state::write_atomic(&config_path, &config_bytes, 0o600, state::Durability::PowerLoss)?;
+        state::write_atomic(
+            &config_path,
+            &config_bytes,
+            0o600,
+            state::Durability::PowerLoss,
+        )?;
         let now = Timestamp::now();
         let record = ImageRecord {
             reference: key.to_owned(),

@@ -94,7 +94,12 @@ impl Store {
     pub fn put_record(&self, record: ImageRecord) -> Result<(), StateError> {
         let mut records = self.records()?;
         records.insert(record.reference.clone(), record);
-        state::write_json(&self.index_path(), &records, 0o600, state::Durability::PowerLoss)
+        state::write_json(
+            &self.index_path(),
+            &records,
+            0o600,
+            state::Durability::PowerLoss,
+        )
     }
 
     pub fn touch(&self, reference: &str) -> Result<(), StateError> {
@@ -102,7 +107,12 @@ impl Store {
         if let Some(r) = records.get_mut(reference) {
             r.last_used = Timestamp::now();
             // Last use only orders GC candidates: not worth an fsync per start.
-            state::write_json(&self.index_path(), &records, 0o600, state::Durability::ProcessCrash)?;
+            state::write_json(
+                &self.index_path(),
+                &records,
+                0o600,
+                state::Durability::ProcessCrash,
+            )?;
         }
         Ok(())
     }

@@ -385,7 +385,12 @@ impl Monitor {
                 finished_at: Timestamp::now(),
             };
             let path = self.args.pod_dir.join(EXITS_DIR).join(format!("{id}.json"));
-            if let Err(e) = crate::state::write_json(&path, &exit, 0o600, crate::state::Durability::ProcessCrash) {
+            if let Err(e) = crate::state::write_json(
+                &path,
+                &exit,
+                0o600,
+                crate::state::Durability::ProcessCrash,
+            ) {
                 eprintln!("monitor: {e}");
             }
             let message = Message::Exit(exit);

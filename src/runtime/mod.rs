@@ -63,7 +63,12 @@ impl Bundle {
 
     pub fn write_spec(&self, spec: &spec::Spec) -> Result<(), BundleError> {
         let path = self.dir.join("config.json");
-        Ok(crate::state::write_json(&path, spec, 0o600, crate::state::Durability::ProcessCrash)?)
+        Ok(crate::state::write_json(
+            &path,
+            spec,
+            0o600,
+            crate::state::Durability::ProcessCrash,
+        )?)
     }
 
     /// Removes the container from the runtime and its bundle from disk.
@@ -73,5 +78,69 @@ impl Bundle {
         mount::unmount(&self.rootfs())?;
         let dir = self.dir.clone();
         Ok(smol::unblock(move || crate::state::remove_tree(&dir)).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two real layers with an OCI whiteout and an opaque directory, mounted
+    /// as overlayfs the way a container's rootfs is (needs root).
+    #[test]
+    fn rootfs_applies_whiteouts_and_opaque_dirs() {
+        let dir = crate::state::TestDir::new("rootfs");
+        let tar = |name: &str, entries: &[(&str, &[u8])]| {
+            let mut builder = tar::Builder::new(Vec::new());
+            for (path, data) in entries {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(data.len() as u64);
+                header.set_mode(0o644);
+                header.set_cksum();
+                builder.append_data(&mut header, path, *data).unwrap();
+            }
+            let blob = dir.0.join(name);
+            std::fs::write(&blob, builder.into_inner().unwrap()).unwrap();
+            let layer = dir.0.join(format!("{name}.d"));
+            crate::image::unpack::unpack(&blob, &layer, Default::default()).unwrap();
+            layer
+        };
+        let lower = tar(
+            "lower",
+            &[
+                ("etc/keep", b"k"),
+                ("etc/gone", b"g"),
+                ("data/old1", b"1"),
+                ("data/old2", b"2"),
+            ],
+        );
+        let upper = tar(
+            "upper",
+            &[
+                ("etc/.wh.gone", b""),
+                ("data/.wh..wh..opq", b""),
+                ("data/new", b"n"),
+            ],
+        );
+        let bundle = Bundle::new(&dir.0, "c1");
+        let rootfs = bundle.mount_rootfs(&[lower, upper]).unwrap();
+        let listed = |p: &str| {
+            let mut names: Vec<String> = std::fs::read_dir(rootfs.join(p))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        let etc = listed("etc");
+        let data = listed("data");
+        // Writes go to the bundle's own upper dir, never to a layer.
+        std::fs::write(rootfs.join("etc/keep"), b"changed").unwrap();
+        let layer_file = std::fs::read(dir.0.join("lower.d/etc/keep")).unwrap();
+        mount::unmount(&rootfs).unwrap();
+        assert_eq!(etc, vec!["keep"]);
+        assert_eq!(data, vec!["new"]);
+        assert_eq!(layer_file, b"k");
+        assert!(!mount::is_mounted(&rootfs));
     }
 }

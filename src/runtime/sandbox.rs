@@ -125,7 +125,12 @@ pub async fn create(pod: &Pod, pod_dir: &Path) -> Result<PodPaths, SandboxError>
 }
 
 fn write(path: &Path, data: &[u8]) -> Result<(), SandboxError> {
-    Ok(crate::state::write_atomic(path, data, 0o644, crate::state::Durability::ProcessCrash)?)
+    Ok(crate::state::write_atomic(
+        path,
+        data,
+        0o644,
+        crate::state::Durability::ProcessCrash,
+    )?)
 }
 
 /// The kubelet-managed hosts file.

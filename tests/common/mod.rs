@@ -365,7 +365,10 @@ fn cgroup_mounts() -> Vec<PathBuf> {
 fn kill_cgroup_processes(dir: &Path) {
     if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
         for pid in procs.split_whitespace() {
-            let _ = Command::new("kill").args(["-9", pid]).stderr(Stdio::null()).status();
+            let _ = Command::new("kill")
+                .args(["-9", pid])
+                .stderr(Stdio::null())
+                .status();
         }
     }
     if let Ok(entries) = fs::read_dir(dir) {
