@@ -649,3 +649,44 @@ fn config_errors_exit_2_naming_key_and_file() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_lost_monitor_restarts_its_containers_under_a_new_one() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    agent.write_manifest(
+        "pod.yaml",
+        &pod_yaml("orphan", "", &format!("  - name: c\n    image: {image}\n    command: [sh, -c, 'echo started; sleep 3600']\n")),
+    );
+    let record = agent.wait_running("orphan");
+    let pod_dir = agent
+        .state
+        .join("pods")
+        .join(record["uid"].as_str().unwrap());
+    let monitor = fs::read_to_string(pod_dir.join("monitor.pid")).unwrap();
+    common::run(std::process::Command::new("kill").args(["-9", monitor.trim()]));
+    let c = agent.wait_for("a restart under a new monitor", T, |a| {
+        let c = a.container_status("orphan", "c")?;
+        (c["restartCount"] == 1 && c["state"]["running"].is_object()).then_some(c)
+    });
+    assert_eq!(
+        c["lastState"]["terminated"]["reason"],
+        "ContainerStatusUnknown"
+    );
+    let new_monitor = fs::read_to_string(pod_dir.join("monitor.pid")).unwrap();
+    assert_ne!(new_monitor, monitor);
+    // The new instance logs through the new monitor.
+    agent.wait_for("the new instance's log", T, |a| {
+        a.logs("default/orphan", None)
+            .contains("started")
+            .then_some(())
+    });
+    // Only one container runs: the old one was stopped, not leaked.
+    assert_eq!(
+        agent.runtime_containers().len(),
+        1,
+        "{:?}",
+        agent.runtime_containers()
+    );
+}

@@ -14,6 +14,7 @@ use futures_lite::{FutureExt, StreamExt};
 use jiff::Timestamp;
 use smol::channel::Sender;
 
+use self::checkpoint::Rejected;
 use self::sources::ManifestSource;
 use self::worker::{Control, Worker};
 use crate::cgroup::Hierarchy;
@@ -146,48 +147,36 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let mut signals =
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])
             .map_err(|e| AgentError::Setup(format!("signals: {e}")))?;
-    let mut reported: Vec<(String, usize, String)> = Vec::new();
-    let mut first_scan = true;
+    let mut reported: Option<Vec<Rejected>> = None;
+    let mut unreadable_logged = false;
 
     loop {
         let scan = match &source {
             Some(s) => s.scan().await,
-            None => Default::default(),
+            None => Some(Default::default()),
         };
-        let now_rejected: Vec<(String, usize, String)> = scan
-            .rejected
-            .iter()
-            .map(|r| (r.file.clone(), r.index, r.reason.clone()))
-            .collect();
-        if now_rejected != reported || first_scan {
-            for r in &scan.rejected {
-                if !reported.contains(&(r.file.clone(), r.index, r.reason.clone())) {
-                    log::error!("manifest {} (document {}): {}", r.file, r.index, r.reason);
+        match scan {
+            None if !unreadable_logged => {
+                log::warn!("cannot read the manifest directory; keeping the pods that run");
+                unreadable_logged = true;
+            }
+            None => {}
+            Some(scan) => {
+                unreadable_logged = false;
+                report_rejected(&ctx, &scan.rejected, &mut reported);
+                let desired: HashMap<String, Pod> =
+                    scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+                for (uid, handle) in workers.iter_mut() {
+                    if !desired.contains_key(uid) && !handle.terminating {
+                        handle.terminating = true;
+                        let _ = handle.control.try_send(Control::Terminate);
+                    }
                 }
-            }
-            reported = now_rejected;
-            let path = ctx.layout.rejected_manifests();
-            if let Err(e) = state::write_json(
-                &path,
-                &scan.rejected,
-                0o644,
-                state::Durability::ProcessCrash,
-            ) {
-                log::error!("{e}");
-            }
-        }
-        first_scan = false;
-        let desired: HashMap<String, Pod> =
-            scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
-        for (uid, handle) in workers.iter_mut() {
-            if !desired.contains_key(uid) && !handle.terminating {
-                handle.terminating = true;
-                let _ = handle.control.try_send(Control::Terminate);
-            }
-        }
-        for (uid, pod) in desired {
-            if !workers.contains_key(&uid) {
-                spawn_worker(pod, Timestamp::now(), &mut workers);
+                for (uid, pod) in desired {
+                    if !workers.contains_key(&uid) {
+                        spawn_worker(pod, Timestamp::now(), &mut workers);
+                    }
+                }
             }
         }
 
@@ -225,6 +214,41 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             }
         }
     }
+}
+
+/// Logs newly rejected manifests once and writes the list for `nanolet
+/// pods` when it changed.
+fn report_rejected(ctx: &Context, rejected: &[Rejected], reported: &mut Option<Vec<Rejected>>) {
+    let same =
+        |a: &Rejected, b: &Rejected| a.file == b.file && a.index == b.index && a.reason == b.reason;
+    let previous = reported.as_deref().unwrap_or_default();
+    if reported.is_some()
+        && rejected.len() == previous.len()
+        && rejected.iter().zip(previous).all(|(a, b)| same(a, b))
+    {
+        return;
+    }
+    for r in rejected {
+        if !previous.iter().any(|p| same(p, r)) {
+            log::error!("manifest {} (document {}): {}", r.file, r.index, r.reason);
+        }
+    }
+    // Keep the first sighting's time, so AGE counts from when it was seen.
+    let kept: Vec<Rejected> = rejected
+        .iter()
+        .map(|r| {
+            previous
+                .iter()
+                .find(|p| same(p, r))
+                .cloned()
+                .unwrap_or_else(|| r.clone())
+        })
+        .collect();
+    let path = ctx.layout.rejected_manifests();
+    if let Err(e) = state::write_json(&path, &kept, 0o644, state::Durability::ProcessCrash) {
+        log::error!("{e}");
+    }
+    *reported = Some(kept);
 }
 
 /// Pods the previous run admitted, from their checkpoints. A checkpoint

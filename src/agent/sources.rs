@@ -111,21 +111,25 @@ impl ManifestSource {
         self.try_watch();
     }
 
-    /// Reads every manifest, off the loop.
-    pub async fn scan(&self) -> Scan {
+    /// Reads every manifest, off the loop; `None` when the directory cannot
+    /// be read.
+    pub async fn scan(&self) -> Option<Scan> {
         let dir = self.dir.clone();
         let max_pods = self.max_pods;
         smol::unblock(move || scan_dir(&dir, max_pods)).await
     }
 }
 
-fn scan_dir(dir: &Path, max_pods: usize) -> Scan {
+/// `None` when the directory cannot be read: that says nothing about which
+/// pods should run (a missing mount must not stop every static pod), so the
+/// caller keeps what runs, as upstream's file source does.
+fn scan_dir(dir: &Path, max_pods: usize) -> Option<Scan> {
     let mut scan = Scan::default();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
             log::debug!("reading {}: {e}", dir.display());
-            return scan;
+            return None;
         }
     };
     let mut files: Vec<PathBuf> = entries
@@ -188,7 +192,7 @@ fn scan_dir(dir: &Path, max_pods: usize) -> Scan {
             }
         }
     }
-    scan
+    Some(scan)
 }
 
 #[cfg(test)]
@@ -205,12 +209,13 @@ mod tests {
         std::fs::write(dir.join("3.yaml"), "kind: [").unwrap();
         std::fs::write(dir.join(".hidden.yaml"), "kind: [").unwrap();
         std::fs::write(dir.join("notes.txt"), "x").unwrap();
-        let scan = scan_dir(&dir, 110);
+        let scan = scan_dir(&dir, 110).unwrap();
         assert_eq!(scan.pods.len(), 1);
         assert_eq!(scan.rejected.len(), 2, "{:?}", scan.rejected);
         assert!(scan.rejected[0].reason.contains("already defined"));
         assert!(scan.rejected[1].file.ends_with("3.yaml"));
-        let capped = scan_dir(&dir, 0);
+        let capped = scan_dir(&dir, 0).unwrap();
+        assert!(scan_dir(&dir.join("missing"), 110).is_none());
         assert!(
             capped
                 .rejected

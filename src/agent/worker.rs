@@ -18,7 +18,7 @@ use crate::image::ImageError;
 use crate::pod::backoff::Backoff;
 use crate::pod::status::{self, ContainerView, Terminated};
 use crate::pod::{Container, Pod, RestartPolicy};
-use crate::runtime::monitor_client::{self, MonitorConnection};
+use crate::runtime::monitor_client::{self, MonitorConnection, MonitorEvent};
 use crate::runtime::protocol::Exit;
 use crate::runtime::spec::{self, PodPaths, SpecInput};
 use crate::runtime::{Bundle, sandbox};
@@ -49,8 +49,8 @@ pub struct Worker {
     containers: Vec<ContainerState>,
     paths: Option<PodPaths>,
     monitor: Option<MonitorConnection>,
-    exits_tx: Sender<Exit>,
-    exits_rx: Receiver<Exit>,
+    exits_tx: Sender<MonitorEvent>,
+    exits_rx: Receiver<MonitorEvent>,
     control: Receiver<Control>,
     terminating: bool,
     /// The last status written, to skip unchanged writes.
@@ -61,6 +61,7 @@ pub struct Worker {
 enum Wake {
     Control(Option<Control>),
     Exit(Exit),
+    MonitorLost,
     Timer,
 }
 
@@ -119,7 +120,7 @@ impl Worker {
 
     pub async fn run(mut self) {
         let name = self.pod.full_name();
-        if let Err(e) = self.admit() {
+        if let Err(e) = self.admit().await {
             log::error!("pod {name}: {e}");
         }
         self.adopt().await;
@@ -136,23 +137,25 @@ impl Worker {
                     self.terminating = true
                 }
                 Wake::Exit(exit) => self.on_exit(exit).await,
+                Wake::MonitorLost => self.on_monitor_lost().await,
                 Wake::Timer => {}
             }
         }
     }
 
-    fn admit(&mut self) -> Result<(), crate::state::StateError> {
+    /// Writes the checkpoint: what must bring the pod back after a reboot.
+    async fn admit(&mut self) -> Result<(), crate::state::StateError> {
         crate::state::create_dir_all(&self.dir, 0o700)?;
         if checkpoint::read_checkpoint(&self.dir)?.is_none() {
-            checkpoint::write_checkpoint(
-                &self.dir,
-                &Checkpoint {
-                    uid: self.pod.uid.clone(),
-                    source: self.pod.source.clone(),
-                    admitted: self.admitted,
-                    manifest: self.pod.manifest.clone(),
-                },
-            )?;
+            let dir = self.dir.clone();
+            let checkpoint = Checkpoint {
+                uid: self.pod.uid.clone(),
+                source: self.pod.source.clone(),
+                admitted: self.admitted,
+                manifest: self.pod.manifest.clone(),
+            };
+            // It is fsynced, which can take long on SD cards: off the loop.
+            smol::unblock(move || checkpoint::write_checkpoint(&dir, &checkpoint)).await?;
             log::info!(
                 "pod {} admitted from {}",
                 self.pod.full_name(),
@@ -211,17 +214,7 @@ impl Worker {
                         view.name,
                         other.unwrap_or("gone")
                     );
-                    let exit = Exit {
-                        id: id.clone(),
-                        pid: 0,
-                        exit_code: 137,
-                        signal: None,
-                        finished_at: Timestamp::now(),
-                    };
-                    self.record_exit(i, exit, "");
-                    if let Some(t) = &mut self.containers[i].record.view.terminated {
-                        t.reason = "ContainerStatusUnknown".into();
-                    }
+                    self.record_unknown_exit(i, &id, "");
                 }
             }
         }
@@ -263,7 +256,8 @@ impl Worker {
         let control = async { Wake::Control(self.control.recv().await.ok()) };
         let exit = async {
             match self.exits_rx.recv().await {
-                Ok(e) => Wake::Exit(e),
+                Ok(MonitorEvent::Exit(e)) => Wake::Exit(e),
+                Ok(MonitorEvent::Lost) => Wake::MonitorLost,
                 // Never closed: the worker holds a sender.
                 Err(_) => std::future::pending().await,
             }
@@ -615,6 +609,22 @@ impl Worker {
         );
     }
 
+    /// An instance ended without a recorded exit: upstream reports such a
+    /// container as ContainerStatusUnknown with exit code 137.
+    fn record_unknown_exit(&mut self, i: usize, id: &str, note: &str) {
+        let exit = Exit {
+            id: id.to_owned(),
+            pid: 0,
+            exit_code: 137,
+            signal: None,
+            finished_at: Timestamp::now(),
+        };
+        self.record_exit(i, exit, note);
+        if let Some(t) = &mut self.containers[i].record.view.terminated {
+            t.reason = "ContainerStatusUnknown".into();
+        }
+    }
+
     async fn on_exit(&mut self, exit: Exit) {
         let Some(i) = self.containers.iter().position(|c| {
             c.record.view.container_id.as_deref() == Some(exit.id.as_str())
@@ -638,6 +648,40 @@ impl Worker {
                 .join(crate::runtime::protocol::EXITS_DIR)
                 .join(format!("{id}.json")),
         );
+    }
+
+    /// The monitor died: nobody holds the containers' stdio or will see their
+    /// exits. Rather than run containers without logs or exit codes, they
+    /// are stopped and the restart policy decides, with a new monitor.
+    async fn on_monitor_lost(&mut self) {
+        if self.monitor.take().is_none() {
+            return;
+        }
+        log::warn!(
+            "pod {}: its monitor is gone; stopping its containers",
+            self.pod.full_name()
+        );
+        for i in 0..self.containers.len() {
+            let view = &self.containers[i].record.view;
+            let Some(id) = view
+                .container_id
+                .clone()
+                .filter(|_| view.terminated.is_none())
+            else {
+                continue;
+            };
+            if let Err(e) = self.ctx.runtime.kill(&id, "KILL").await {
+                log::warn!("pod {}: {e}", self.pod.full_name());
+            }
+            self.record_unknown_exit(i, &id, "monitor lost");
+            if let Err(e) = Bundle::new(&self.dir, &id)
+                .remove(&self.ctx.runtime, &id)
+                .await
+            {
+                log::warn!("pod {}: removing container {id}: {e}", self.pod.full_name());
+            }
+        }
+        self.save_containers();
     }
 
     fn save_containers(&self) {
@@ -749,7 +793,16 @@ impl Worker {
             // Exits come from the monitor; the runtime is asked too, once a
             // second, in case the monitor is gone.
             let next = deadline.min(Instant::now() + Duration::from_secs(1));
-            let exit = async { self.exits_rx.recv().await.ok() };
+            let exit = async {
+                loop {
+                    match self.exits_rx.recv().await {
+                        Ok(MonitorEvent::Exit(exit)) => return Some(exit),
+                        // The runtime is asked below instead.
+                        Ok(MonitorEvent::Lost) => continue,
+                        Err(_) => return None,
+                    }
+                }
+            };
             let timer = async {
                 smol::Timer::at(next).await;
                 None
@@ -771,14 +824,7 @@ impl Worker {
                                 c.record.view.container_id.as_deref() == Some(id.as_str())
                             })
                         {
-                            let exit = Exit {
-                                id,
-                                pid: 0,
-                                exit_code: 137,
-                                signal: None,
-                                finished_at: Timestamp::now(),
-                            };
-                            self.record_exit(i, exit, "seen stopped by the runtime");
+                            self.record_unknown_exit(i, &id, "seen stopped by the runtime");
                         }
                     }
                 }

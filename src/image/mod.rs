@@ -243,12 +243,16 @@ impl ImageService {
             }
         }
         // The config, then the record, only once every layer is in place.
-        state::write_atomic(
-            &config_path,
-            &config_bytes,
-            0o600,
-            state::Durability::PowerLoss,
-        )?;
+        // fsync can take long on SD cards: off the loop.
+        smol::unblock(move || {
+            state::write_atomic(
+                &config_path,
+                &config_bytes,
+                0o600,
+                state::Durability::PowerLoss,
+            )
+        })
+        .await?;
         let now = Timestamp::now();
         let record = ImageRecord {
             reference: key.to_owned(),
@@ -259,7 +263,9 @@ impl ImageService {
             pulled: now,
             last_used: now,
         };
-        self.store.put_record(record.clone())?;
+        let store = self.store.clone();
+        let saved = record.clone();
+        smol::unblock(move || store.put_record(saved)).await?;
         Ok(record)
     }
 

@@ -36,6 +36,7 @@ pub struct ImageRecord {
     pub last_used: Timestamp,
 }
 
+#[derive(Debug, Clone)]
 pub struct Store {
     root: PathBuf,
 }

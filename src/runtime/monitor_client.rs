@@ -30,6 +30,15 @@ pub struct MonitorSettings {
     pub max_log_files: u32,
 }
 
+/// What a monitor connection delivers besides replies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MonitorEvent {
+    Exit(Exit),
+    /// The monitor went away (killed, or exited): the containers it ran
+    /// have no one holding their stdio or reaping them any more.
+    Lost,
+}
+
 pub struct MonitorConnection {
     pod_dir: PathBuf,
     writer: UnixStream,
@@ -42,7 +51,7 @@ pub struct MonitorConnection {
 pub async fn connect_or_start(
     pod_dir: &Path,
     settings: &MonitorSettings,
-    exits: Sender<Exit>,
+    exits: Sender<MonitorEvent>,
 ) -> Result<MonitorConnection, MonitorError> {
     if let Ok(connection) = connect(pod_dir, exits.clone()).await {
         return Ok(connection);
@@ -80,7 +89,10 @@ pub async fn connect_or_start(
 }
 
 /// Connects to a running monitor (after an agent restart: adoption).
-pub async fn connect(pod_dir: &Path, exits: Sender<Exit>) -> std::io::Result<MonitorConnection> {
+pub async fn connect(
+    pod_dir: &Path,
+    exits: Sender<MonitorEvent>,
+) -> std::io::Result<MonitorConnection> {
     let stream = UnixStream::connect(pod_dir.join(SOCKET)).await?;
     let (reply_tx, replies) = smol::channel::unbounded();
     let reader_stream = stream.clone();
@@ -89,7 +101,7 @@ pub async fn connect(pod_dir: &Path, exits: Sender<Exit>) -> std::io::Result<Mon
         while let Some(Ok(line)) = futures_lite::StreamExt::next(&mut lines).await {
             match serde_json::from_str::<Message>(&line) {
                 Ok(Message::Exit(exit)) => {
-                    let _ = exits.send(exit).await;
+                    let _ = exits.send(MonitorEvent::Exit(exit)).await;
                 }
                 Ok(reply) => {
                     let _ = reply_tx.send(reply).await;
@@ -97,6 +109,7 @@ pub async fn connect(pod_dir: &Path, exits: Sender<Exit>) -> std::io::Result<Mon
                 Err(e) => log::warn!("monitor sent an unreadable line: {e}"),
             }
         }
+        let _ = exits.send(MonitorEvent::Lost).await;
     });
     Ok(MonitorConnection {
         pod_dir: pod_dir.to_owned(),
