@@ -38,20 +38,21 @@ fn runs_a_pod_with_image_defaults_and_overrides() {
     );
     let agent = Agent::start(&registry);
     // Two documents, YAML and JSON, in one file.
-    let script = "echo env=$FROM_IMAGE,$OVERRIDDEN,$FROM_POD; echo pwd=$(pwd); echo id=$(id -u):$(id -g); echo host=$(hostname); echo ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,); ls /etc/hosts /etc/resolv.conf; sleep 3600";
+    let script = "echo env=$FROM_IMAGE,$OVERRIDDEN,$FROM_POD; echo pwd=$(pwd); echo id=$(id -u):$(id -g); echo host=$(hostname); echo ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ,); echo ns=$(readlink /proc/self/ns/ipc),$(readlink /proc/self/ns/uts),$(readlink /proc/self/ns/pid); ls /etc/hosts /etc/resolv.conf; sleep 3600";
+    let side = "echo ns=$(readlink /proc/self/ns/ipc),$(readlink /proc/self/ns/uts),$(readlink /proc/self/ns/pid); sleep 3600";
     let first = pod_yaml(
         "app",
         "",
         &format!(
-            "  - name: main\n    image: {image}\n    args: [{script:?}]\n    env:\n    - {{name: OVERRIDDEN, value: pod}}\n    - {{name: FROM_POD, value: yes}}\n"
+            "  - name: main\n    image: {image}\n    args: [{script:?}]\n    env:\n    - {{name: OVERRIDDEN, value: pod}}\n    - {{name: FROM_POD, value: yes}}\n  - name: side\n    image: {image}\n    args: [{side:?}]\n"
         ),
     );
     let second = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "host-net", "namespace": "kube-system"},
-        "spec": {"hostNetwork": true, "containers": [{
+        "spec": {"hostNetwork": true, "hostPID": true, "hostIPC": true, "containers": [{
             "name": "c", "image": image, "command": ["sh", "-c"],
-            "args": ["echo ifaces=$(tail -n +3 /proc/net/dev | wc -l); echo host=$(hostname); sleep 3600"],
+            "args": ["echo ifaces=$(tail -n +3 /proc/net/dev | wc -l); echo host=$(hostname); echo ns=$(readlink /proc/self/ns/ipc),$(readlink /proc/self/ns/pid); sleep 3600"],
             "workingDir": "/bin", "securityContext": {"runAsUser": 4242}
         }]}
     });
@@ -63,7 +64,7 @@ fn runs_a_pod_with_image_defaults_and_overrides() {
     eprintln!("both pods running after {:?}", started.elapsed());
 
     let logs = agent.wait_for("app output", T, |a| {
-        let l = a.logs("default/app", None);
+        let l = a.logs("default/app", Some("main"));
         l.contains("/etc/resolv.conf").then_some(l)
     });
     assert!(logs.contains("env=image,pod,yes"), "{logs}");
@@ -73,6 +74,23 @@ fn runs_a_pod_with_image_defaults_and_overrides() {
     // Its own network namespace: loopback only.
     assert!(logs.contains("ifaces=lo,\n"), "{logs}");
     assert!(logs.contains("/etc/hosts"), "{logs}");
+    // IPC and UTS namespaces are the pod's, shared by its containers and not
+    // the host's; each container has its own PID namespace.
+    let ns = |text: &str| -> Vec<String> {
+        let line = text.lines().find_map(|l| l.strip_prefix("ns=")).unwrap_or_else(|| panic!("{text}"));
+        line.split(',').map(str::to_owned).collect()
+    };
+    let main_ns = ns(&logs);
+    let side_ns = ns(&agent.wait_for("side output", T, |a| {
+        let l = a.logs("default/app", Some("side"));
+        l.contains("ns=").then_some(l)
+    }));
+    let host_ns = |kind: &str| fs::read_link(format!("/proc/self/ns/{kind}")).unwrap().display().to_string();
+    assert_eq!(main_ns[..2], side_ns[..2]);
+    assert_ne!(main_ns[0], host_ns("ipc"));
+    assert_ne!(main_ns[1], host_ns("uts"));
+    assert_ne!(main_ns[2], side_ns[2]);
+    assert_ne!(main_ns[2], host_ns("pid"));
 
     let host = agent.wait_for("host-net output", T, |a| {
         let l = a.logs("kube-system/host-net", Some("c"));
@@ -84,6 +102,7 @@ fn runs_a_pod_with_image_defaults_and_overrides() {
         .skip(2)
         .count();
     assert!(host.contains(&format!("ifaces={host_ifaces}\n")), "{host}");
+    assert!(host.contains(&format!("ns={},{}", host_ns("ipc"), host_ns("pid"))), "{host}");
     let host_name = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert!(
         host.contains(&format!("host={}", host_name.trim())),
@@ -102,7 +121,7 @@ fn runs_a_pod_with_image_defaults_and_overrides() {
         lines.iter().any(|l| l
             .split_whitespace()
             .take(5)
-            .eq(["default", "app", "1/1", "Running", "0"])),
+            .eq(["default", "app", "2/2", "Running", "0"])),
         "{table}"
     );
     assert!(
@@ -130,7 +149,7 @@ fn runs_a_pod_with_image_defaults_and_overrides() {
     assert_eq!(&fields[1..], ["stdout", "F", "pwd=/tmp"]);
     assert_eq!(record["status"]["qosClass"], "BestEffort");
 
-    let tail = agent.cli(&["logs", "--tail", "1", "default/app"]);
+    let tail = agent.cli(&["logs", "--tail", "1", "default/app", "main"]);
     assert_eq!(tail.lines().count(), 1, "{tail}");
 }
 
@@ -477,6 +496,37 @@ fn multi_arch_index_and_pull_failures() {
         logs.contains("No such file"),
         "the arm64 layer was used: {logs}"
     );
+
+    // The same index as a Docker manifest list of Docker v2 manifests.
+    let docker = format!("{}/test/multi-docker:1", registry.addr);
+    common::run(std::process::Command::new("skopeo").args([
+        "copy",
+        "--all",
+        "--format",
+        "v2s2",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        &format!("docker://{image}"),
+        &format!("docker://{docker}"),
+    ]));
+    let list: Value = serde_json::from_str(&common::run(std::process::Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{docker}"),
+    ])))
+    .unwrap();
+    assert_eq!(list["mediaType"], "application/vnd.docker.distribution.manifest.list.v2+json");
+    agent.write_manifest(
+        "docker.yaml",
+        &pod_yaml("docker", "", &format!("  - name: c\n    image: {docker}\n    command: [sh, -c, 'ls /marker; uname -m; sleep 3600']\n")),
+    );
+    agent.wait_running("docker");
+    let logs = agent.wait_for("output", T, |a| {
+        let l = a.logs("default/docker", None);
+        l.contains("x86_64").then_some(l)
+    });
+    assert!(logs.contains("No such file"), "the arm64 layer was used: {logs}");
 
     // A blob whose content does not match its digest: the pull fails with a
     // clear reason and the store is unchanged.
