@@ -77,7 +77,10 @@ fn runs_a_pod_with_image_defaults_and_overrides() {
     // IPC and UTS namespaces are the pod's, shared by its containers and not
     // the host's; each container has its own PID namespace.
     let ns = |text: &str| -> Vec<String> {
-        let line = text.lines().find_map(|l| l.strip_prefix("ns=")).unwrap_or_else(|| panic!("{text}"));
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ns="))
+            .unwrap_or_else(|| panic!("{text}"));
         line.split(',').map(str::to_owned).collect()
     };
     let main_ns = ns(&logs);
@@ -85,7 +88,12 @@ fn runs_a_pod_with_image_defaults_and_overrides() {
         let l = a.logs("default/app", Some("side"));
         l.contains("ns=").then_some(l)
     }));
-    let host_ns = |kind: &str| fs::read_link(format!("/proc/self/ns/{kind}")).unwrap().display().to_string();
+    let host_ns = |kind: &str| {
+        fs::read_link(format!("/proc/self/ns/{kind}"))
+            .unwrap()
+            .display()
+            .to_string()
+    };
     assert_eq!(main_ns[..2], side_ns[..2]);
     assert_ne!(main_ns[0], host_ns("ipc"));
     assert_ne!(main_ns[1], host_ns("uts"));
@@ -102,7 +110,10 @@ fn runs_a_pod_with_image_defaults_and_overrides() {
         .skip(2)
         .count();
     assert!(host.contains(&format!("ifaces={host_ifaces}\n")), "{host}");
-    assert!(host.contains(&format!("ns={},{}", host_ns("ipc"), host_ns("pid"))), "{host}");
+    assert!(
+        host.contains(&format!("ns={},{}", host_ns("ipc"), host_ns("pid"))),
+        "{host}"
+    );
     let host_name = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert!(
         host.contains(&format!("host={}", host_name.trim())),
@@ -509,14 +520,18 @@ fn multi_arch_index_and_pull_failures() {
         &format!("docker://{image}"),
         &format!("docker://{docker}"),
     ]));
-    let list: Value = serde_json::from_str(&common::run(std::process::Command::new("skopeo").args([
-        "inspect",
-        "--raw",
-        "--tls-verify=false",
-        &format!("docker://{docker}"),
-    ])))
-    .unwrap();
-    assert_eq!(list["mediaType"], "application/vnd.docker.distribution.manifest.list.v2+json");
+    let list: Value =
+        serde_json::from_str(&common::run(std::process::Command::new("skopeo").args([
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            &format!("docker://{docker}"),
+        ])))
+        .unwrap();
+    assert_eq!(
+        list["mediaType"],
+        "application/vnd.docker.distribution.manifest.list.v2+json"
+    );
     agent.write_manifest(
         "docker.yaml",
         &pod_yaml("docker", "", &format!("  - name: c\n    image: {docker}\n    command: [sh, -c, 'ls /marker; uname -m; sleep 3600']\n")),
@@ -526,7 +541,10 @@ fn multi_arch_index_and_pull_failures() {
         let l = a.logs("default/docker", None);
         l.contains("x86_64").then_some(l)
     });
-    assert!(logs.contains("No such file"), "the arm64 layer was used: {logs}");
+    assert!(
+        logs.contains("No such file"),
+        "the arm64 layer was used: {logs}"
+    );
 
     // A blob whose content does not match its digest: the pull fails with a
     // clear reason and the store is unchanged.
@@ -739,4 +757,68 @@ fn a_lost_monitor_restarts_its_containers_under_a_new_one() {
         "{:?}",
         agent.runtime_containers()
     );
+}
+
+#[test]
+fn an_interrupted_pull_leaves_the_store_consistent() {
+    let registry = Registry::start();
+    let work = common::TempDir::new("nanolet-big");
+    // Random data does not compress: a layer of some size, so that the agent
+    // can be killed while it downloads or unpacks it.
+    let big = work.path().join("big");
+    common::run(
+        std::process::Command::new("head")
+            .args(["-c", "48M", "/dev/urandom"])
+            .stdout(fs::File::create(&big).unwrap()),
+    );
+    let image = registry.push(
+        "test/big:1",
+        &["--extra-file", &format!("{}:/big", big.display())],
+    );
+    let mut agent = Agent::start(&registry);
+    agent.write_manifest(
+        "big.yaml",
+        &pod_yaml(
+            "big",
+            "",
+            &format!(
+                "  - name: c\n    image: {image}\n    command: [sh, -c, 'ls -l /big; sleep 3600']\n"
+            ),
+        ),
+    );
+    let tmp = agent.state.join("images/tmp");
+    agent.wait_for("a pull in progress", T, |a| {
+        let busy = fs::read_dir(&tmp).map(|d| d.count() > 0).unwrap_or(false);
+        let _ = a;
+        busy.then_some(())
+    });
+    agent.kill9();
+    let layers = agent.state.join("images/layers/sha256");
+    let records = fs::read_to_string(agent.state.join("images/images.json")).unwrap_or_default();
+    assert!(
+        !records.contains("test/big"),
+        "a record for an unfinished pull: {records}"
+    );
+
+    agent.spawn();
+    agent.wait_running("big");
+    let logs = agent.wait_for("output", T, |a| {
+        let l = a.logs("default/big", None);
+        l.contains("/big").then_some(l)
+    });
+    assert!(logs.contains(&format!("{}", 48 << 20)), "{logs}");
+    assert_eq!(
+        fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "debris left in images/tmp"
+    );
+    let records: Value =
+        serde_json::from_str(&fs::read_to_string(agent.state.join("images/images.json")).unwrap())
+            .unwrap();
+    let record = &records[image.as_str()];
+    assert!(record.is_object(), "{records}");
+    for layer in record["layers"].as_array().unwrap() {
+        let hex = layer.as_str().unwrap().trim_start_matches("sha256:");
+        assert!(layers.join(hex).is_dir(), "layer {hex} missing");
+    }
 }
