@@ -776,6 +776,44 @@ fn an_interrupted_pull_leaves_the_store_consistent() {
         &["--extra-file", &format!("{}:/big", big.display())],
     );
     let mut agent = Agent::start(&registry);
+    let tmp = agent.state.join("images/tmp");
+    let pulling = |a: &Agent| {
+        fs::read_dir(a.state.join("images/tmp"))
+            .is_ok_and(|mut d| d.next().is_some())
+            .then_some(())
+    };
+
+    // Deleted while it pulls: the pod goes at once, the pull is abandoned.
+    agent.write_manifest(
+        "early.yaml",
+        &pod_yaml(
+            "early",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_for("a pull in progress", T, pulling);
+    let deleted = Instant::now();
+    agent.remove_manifest("early.yaml");
+    agent.wait_for("the pulling pod to go", T, |a| {
+        (pod_dir_count(a) == 0).then_some(())
+    });
+    assert!(
+        deleted.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        deleted.elapsed()
+    );
+    agent.wait_for("no pull debris", T, |_| {
+        (fs::read_dir(&tmp).unwrap().count() == 0).then_some(())
+    });
+    let stale = fs::read_to_string(agent.state.join("images/images.json")).unwrap_or_default();
+    assert!(!stale.contains("test/big"), "{stale}");
+    // Let a partly unpacked layer of the abandoned pull finish or vanish, and
+    // start the next pull from nothing.
+    for layer in fs::read_dir(agent.state.join("images/layers/sha256")).unwrap() {
+        fs::remove_dir_all(layer.unwrap().path()).unwrap();
+    }
+
     agent.write_manifest(
         "big.yaml",
         &pod_yaml(
@@ -786,12 +824,7 @@ fn an_interrupted_pull_leaves_the_store_consistent() {
             ),
         ),
     );
-    let tmp = agent.state.join("images/tmp");
-    agent.wait_for("a pull in progress", T, |a| {
-        let busy = fs::read_dir(&tmp).map(|d| d.count() > 0).unwrap_or(false);
-        let _ = a;
-        busy.then_some(())
-    });
+    agent.wait_for("a pull in progress", T, pulling);
     agent.kill9();
     let layers = agent.state.join("images/layers/sha256");
     let records = fs::read_to_string(agent.state.join("images/images.json")).unwrap_or_default();

@@ -129,7 +129,23 @@ impl Worker {
                 self.terminate().await;
                 return;
             }
-            self.sync().await;
+            // A pod deleted while it pulls a large image over a slow link
+            // must not wait for the pull: the pass is abandoned.
+            let control = self.control.clone();
+            let terminate = async {
+                let _ = control.recv().await;
+                true
+            };
+            if async {
+                self.sync().await;
+                false
+            }
+            .or(terminate)
+            .await
+            {
+                self.terminating = true;
+                continue;
+            }
             self.write_status();
             let wake = self.next_wake();
             match self.wait(wake).await {

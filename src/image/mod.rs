@@ -66,6 +66,15 @@ pub struct ImageService {
 
 const MAX_CONFIG: usize = 4 << 20;
 
+/// A temp file removed when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn sha256_digest(data: &[u8]) -> String {
     format!("sha256:{}", hex(&Sha256::digest(data)))
 }
@@ -323,42 +332,42 @@ impl ImageService {
             .store
             .layer_path(&desc.digest)
             .ok_or_else(|| pull_err(format!("bad layer digest {}", desc.digest)))?;
-        let blob_path = self.store.temp_path("blob");
-        let result = async {
-            self.download(reference, key, desc, &blob_path).await?;
-            let _slot = self.unpack_slots.acquire().await;
-            let unpack_dir = self.store.temp_path("layer");
-            let (blob, dir) = (blob_path.clone(), unpack_dir.clone());
-            let unpacked =
-                smol::unblock(move || unpack::unpack(&blob, &dir, unpack::Limits::default())).await;
-            match unpacked {
-                Ok(stats) => {
-                    if stats.skipped_devices > 0 {
-                        log::warn!(
-                            "{key}: layer {}: skipped {} device nodes",
-                            desc.digest,
-                            stats.skipped_devices
-                        );
-                    }
-                    if let Err(e) = std::fs::rename(&unpack_dir, &final_path) {
-                        // Another pull of an image sharing this layer won.
-                        let _ = state::remove_tree(&unpack_dir);
-                        if !final_path.is_dir() {
-                            return Err(pull_err(format!("{}: {e}", final_path.display())));
-                        }
-                    }
-                    Ok(())
-                }
+        // Removed however this ends: error, success, or the pull abandoned
+        // (its pod deleted meanwhile).
+        let blob = RemoveOnDrop(self.store.temp_path("blob"));
+        self.download(reference, key, desc, &blob.0).await?;
+        let _slot = self.unpack_slots.acquire().await;
+        let (blob_path, unpack_dir) = (blob.0.clone(), self.store.temp_path("layer"));
+        // Unpack and move into place in one blocking task, so that an
+        // abandoned pull cannot leave a half-unpacked dir behind it.
+        let stats = smol::unblock(move || {
+            let stats = unpack::unpack(&blob_path, &unpack_dir, unpack::Limits::default());
+            let stats = match stats {
+                Ok(stats) => stats,
                 Err(e) => {
-                    let dir = unpack_dir.clone();
-                    let _ = smol::unblock(move || state::remove_tree(&dir)).await;
-                    Err(pull_err(format!("layer {}: {e}", desc.digest)))
+                    let _ = state::remove_tree(&unpack_dir);
+                    return Err(e.to_string());
+                }
+            };
+            if let Err(e) = std::fs::rename(&unpack_dir, &final_path) {
+                // Another pull of an image sharing this layer won.
+                let _ = state::remove_tree(&unpack_dir);
+                if !final_path.is_dir() {
+                    return Err(format!("{}: {e}", final_path.display()));
                 }
             }
+            Ok(stats)
+        })
+        .await
+        .map_err(|e| pull_err(format!("layer {}: {e}", desc.digest)))?;
+        if stats.skipped_devices > 0 {
+            log::warn!(
+                "{key}: layer {}: skipped {} device nodes",
+                desc.digest,
+                stats.skipped_devices
+            );
         }
-        .await;
-        let _ = std::fs::remove_file(&blob_path);
-        result
+        Ok(())
     }
 
     async fn download(
