@@ -66,6 +66,27 @@ pub struct ImageService {
 
 const MAX_CONFIG: usize = 4 << 20;
 
+fn pull_error(image: &str, message: String) -> ImageError {
+    ImageError::Pull {
+        image: image.to_owned(),
+        message,
+    }
+}
+
+/// A blob is what its descriptor says, or the pull fails.
+fn verify(image: &str, desc: &Descriptor, digest: &str, size: u64) -> Result<(), ImageError> {
+    if digest == desc.digest && size == desc.size {
+        return Ok(());
+    }
+    Err(pull_error(
+        image,
+        format!(
+            "blob {} failed verification: got {digest} ({size} of {} bytes)",
+            desc.digest, desc.size
+        ),
+    ))
+}
+
 /// A temp file removed when dropped.
 struct RemoveOnDrop(PathBuf);
 
@@ -132,10 +153,7 @@ impl ImageService {
     }
 
     fn image_from(&self, record: ImageRecord) -> Result<Image, ImageError> {
-        let pull_err = |message: String| ImageError::Pull {
-            image: record.reference.clone(),
-            message,
-        };
+        let pull_err = |message: String| pull_error(&record.reference, message);
         let config_path = self
             .store
             .blob_path(&record.config_digest)
@@ -166,10 +184,7 @@ impl ImageService {
             image: key.to_owned(),
             source,
         };
-        let pull_err = |message: String| ImageError::Pull {
-            image: key.to_owned(),
-            message,
-        };
+        let pull_err = |message: String| pull_error(key, message);
         let (body, content_type) = self
             .registry
             .manifest(reference)
@@ -278,41 +293,39 @@ impl ImageService {
         Ok(record)
     }
 
+    async fn open_blob(
+        &self,
+        reference: &Reference,
+        key: &str,
+        digest: &str,
+    ) -> Result<(http::Uri, hyper::body::Incoming), ImageError> {
+        self.registry
+            .blob(reference, digest)
+            .await
+            .map_err(|source| ImageError::Registry {
+                image: key.to_owned(),
+                source,
+            })
+    }
+
     async fn fetch_small_blob(
         &self,
         reference: &Reference,
         key: &str,
         desc: &Descriptor,
     ) -> Result<Vec<u8>, ImageError> {
-        let pull_err = |message: String| ImageError::Pull {
-            image: key.to_owned(),
-            message,
-        };
+        let pull_err = |message: String| pull_error(key, message);
         if desc.size > MAX_CONFIG as u64 {
             return Err(pull_err(format!(
                 "config blob of {} bytes is too large",
                 desc.size
             )));
         }
-        let (url, body) = self
-            .registry
-            .blob(reference, &desc.digest)
-            .await
-            .map_err(|source| ImageError::Registry {
-                image: key.to_owned(),
-                source,
-            })?;
+        let (url, body) = self.open_blob(reference, key, &desc.digest).await?;
         let data = crate::http::read_body(&url, body, MAX_CONFIG)
             .await
             .map_err(|e| pull_err(e.to_string()))?;
-        let digest = sha256_digest(&data);
-        if digest != desc.digest || data.len() as u64 != desc.size {
-            return Err(pull_err(format!(
-                "blob {} failed verification: got {digest} ({} bytes)",
-                desc.digest,
-                data.len()
-            )));
-        }
+        verify(key, desc, &sha256_digest(&data), data.len() as u64)?;
         Ok(data)
     }
 
@@ -324,10 +337,7 @@ impl ImageService {
         key: &str,
         desc: &Descriptor,
     ) -> Result<(), ImageError> {
-        let pull_err = |message: String| ImageError::Pull {
-            image: key.to_owned(),
-            message,
-        };
+        let pull_err = |message: String| pull_error(key, message);
         let final_path = self
             .store
             .layer_path(&desc.digest)
@@ -377,19 +387,9 @@ impl ImageService {
         desc: &Descriptor,
         path: &std::path::Path,
     ) -> Result<(), ImageError> {
-        let pull_err = |message: String| ImageError::Pull {
-            image: key.to_owned(),
-            message,
-        };
+        let pull_err = |message: String| pull_error(key, message);
         let io_err = |e: std::io::Error| pull_err(format!("{}: {e}", path.display()));
-        let (url, mut body) =
-            self.registry
-                .blob(reference, &desc.digest)
-                .await
-                .map_err(|source| ImageError::Registry {
-                    image: key.to_owned(),
-                    source,
-                })?;
+        let (url, mut body) = self.open_blob(reference, key, &desc.digest).await?;
         let mut file = smol::fs::File::create(path).await.map_err(io_err)?;
         let mut hasher = Sha256::new();
         let mut received: u64 = 0;
@@ -409,12 +409,7 @@ impl ImageService {
         }
         file.flush().await.map_err(io_err)?;
         let digest = format!("sha256:{}", hex(&hasher.finalize()));
-        if digest != desc.digest || received != desc.size {
-            return Err(pull_err(format!(
-                "blob {} failed verification: got {digest} ({received} of {} bytes)",
-                desc.digest, desc.size
-            )));
-        }
+        verify(key, desc, &digest, received)?;
         Ok(())
     }
 }

@@ -89,6 +89,15 @@ pub fn static_pod_uid(source: &str, document: &Value) -> String {
     )
 }
 
+/// The one pod of a test manifest.
+#[cfg(test)]
+pub fn parse_one(text: &str) -> Pod {
+    match parse(text, "test.yaml").remove(0) {
+        Document::Pod(p) => *p,
+        Document::Rejected { reason, .. } => panic!("{reason}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

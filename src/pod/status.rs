@@ -256,16 +256,13 @@ pub fn summary(status: &core::PodStatus, terminating: bool) -> (String, String, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::manifest::{Document, parse};
+    use crate::pod::manifest::parse_one;
 
     fn pod(policy: &str) -> Pod {
         let text = format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  restartPolicy: {policy}\n  containers: [{{name: a, image: x:1}}, {{name: b, image: x:1}}]\n"
         );
-        match parse(&text, "f").remove(0) {
-            Document::Pod(p) => *p,
-            Document::Rejected { reason, .. } => panic!("{reason}"),
-        }
+        parse_one(&text)
     }
 
     fn exited(code: i32) -> ContainerView {

@@ -506,16 +506,13 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::manifest::{Document, parse};
+    use crate::pod::manifest::parse_one;
 
     fn pod(containers: &str) -> Pod {
         let text = format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers: {containers}\n"
         );
-        match parse(&text, "f").remove(0) {
-            Document::Pod(p) => *p,
-            Document::Rejected { reason, .. } => panic!("{reason}"),
-        }
+        parse_one(&text)
     }
 
     fn image(entrypoint: &[&str], cmd: &[&str]) -> RunConfig {
