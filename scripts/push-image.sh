@@ -5,8 +5,9 @@
 # Digests are preserved, so what the registry serves is byte-for-byte what
 # build-image.sh wrote and tests can compare digests directly.
 #
-# Usage: scripts/push-image.sh OCIDIR TAG REGISTRY NAME[:TAG]
-#        scripts/push-image.sh --index REGISTRY NAME:TAG OCIDIR_AMD64 OCIDIR_ARM64
+# Usage: scripts/push-image.sh [--creds USER:PASSWORD] OCIDIR TAG REGISTRY NAME[:TAG]
+#        scripts/push-image.sh [--creds USER:PASSWORD] --index REGISTRY NAME:TAG OCIDIR_AMD64 OCIDIR_ARM64
+#   --creds: log in to a registry that demands it (registry.sh --token-auth)
 # Prints REGISTRY/NAME:TAG@sha256:... (the pushed manifest or index) on stdout.
 set -euo pipefail
 
@@ -23,6 +24,8 @@ die() {
 MT_INDEX=application/vnd.oci.image.index.v1+json
 MT_MANIFEST=application/vnd.oci.image.manifest.v1+json
 REF_NAME=org.opencontainers.image.ref.name
+# --dest-creds for skopeo when --creds is given; kept out of error messages.
+dest_creds=()
 
 command -v skopeo >/dev/null 2>&1 || die "skopeo not found; run scripts/install-deps.sh"
 command -v jq >/dev/null 2>&1 || die "jq not found; run scripts/install-deps.sh"
@@ -38,7 +41,7 @@ echo '{"default":[{"type":"insecureAcceptAnything"}]}' >"$policy"
 skopeo_copy() {
   local out
   if ! out="$(skopeo --policy "$policy" copy --quiet --preserve-digests \
-    --dest-tls-verify=false "$@" 2>&1)"; then
+    --dest-tls-verify=false "${dest_creds[@]}" "$@" 2>&1)"; then
     echo "$out" >&2
     die "skopeo copy $* failed"
   fi
@@ -144,6 +147,13 @@ push_index() {
 }
 
 (($# >= 1)) || usage
+if [[ $1 == --creds ]]; then
+  (($# >= 2)) || usage
+  [[ $2 == ?*:* ]] || die "--creds needs USER:PASSWORD"
+  dest_creds=(--dest-creds "$2")
+  shift 2
+  (($# >= 1)) || usage
+fi
 case $1 in
   -h | --help) usage ;;
   --index)

@@ -251,7 +251,9 @@ class Handler(BaseHTTPRequestHandler):
             )
             return
         allowed = USER_ACTIONS if sub else ANON_ACTIONS
-        access = []
+        # Clients repeat scopes (skopeo sends the same one twice on a push),
+        # so merge per repository; dicts keep the order they were asked in.
+        wanted = {}
         for scope in scopes:
             parsed = parse_scope(scope)
             if parsed is None:
@@ -260,7 +262,10 @@ class Handler(BaseHTTPRequestHandler):
             rtype, name, actions = parsed
             if rtype != "repository":
                 continue  # e.g. registry:catalog:*, never granted here
-            granted = [a for a in dict.fromkeys(actions) if a in allowed]
+            wanted.setdefault(name, {}).update(dict.fromkeys(actions))
+        access = []
+        for name, actions in wanted.items():
+            granted = [a for a in actions if a in allowed]
             if granted:
                 access.append({"type": "repository", "name": name, "actions": granted})
         now = int(time.time())

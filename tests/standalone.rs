@@ -855,3 +855,50 @@ fn an_interrupted_pull_leaves_the_store_consistent() {
         assert!(layers.join(hex).is_dir(), "layer {hex} missing");
     }
 }
+
+#[test]
+fn anonymous_pull_through_the_bearer_token_flow() {
+    let registry = Registry::start_with_token_auth("pusher:secret");
+    let image = registry.push("test/guarded:1", &[]);
+    // The registry itself refuses requests without a token.
+    let probe = common::run(
+        std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!(
+                "http://{}/v2/test/guarded/manifests/1",
+                registry.addr
+            )),
+    );
+    assert_eq!(probe, "401");
+    let requests = registry.dir().join("token-requests.log");
+    let before = fs::read_to_string(&requests)
+        .unwrap_or_default()
+        .lines()
+        .count();
+
+    let agent = Agent::start(&registry);
+    agent.write_manifest(
+        "guarded.yaml",
+        &pod_yaml(
+            "guarded",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("guarded");
+    let log = fs::read_to_string(&requests).unwrap();
+    let ours: Vec<&str> = log.lines().skip(before).collect();
+    assert!(!ours.is_empty(), "the token server was not asked: {log}");
+    for line in &ours {
+        assert!(
+            line.contains("authorization=no") && line.contains("status=200"),
+            "{line}"
+        );
+        assert!(
+            line.contains("access=repository:test/guarded:pull"),
+            "{line}"
+        );
+    }
+    // One token serves the manifest and every blob of the repository.
+    assert_eq!(ours.len(), 1, "{ours:?}");
+}

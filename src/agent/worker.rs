@@ -356,9 +356,7 @@ impl Worker {
                 c.retry_at = None;
             }
         }
-        if !self.ensure_sandbox().await {
-            return;
-        }
+        let mut to_start = Vec::new();
         for i in 0..self.containers.len() {
             if self.containers[i].retry_at.is_some() {
                 continue;
@@ -391,7 +389,14 @@ impl Worker {
                     continue;
                 }
             }
-            self.start_container(i).await;
+            to_start.push(i);
+        }
+        // A pod with nothing (more) to run needs no sandbox or monitor, for
+        // instance a completed one adopted after a restart.
+        if !to_start.is_empty() && self.ensure_sandbox().await {
+            for i in to_start {
+                self.start_container(i).await;
+            }
         }
         self.save_containers();
     }

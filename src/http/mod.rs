@@ -264,12 +264,14 @@ impl Client {
     }
 
     /// Sends one request (no body) and returns the response with its body
-    /// unread. Refuses plain HTTP unless the host is allowed it.
+    /// unread. Refuses plain HTTP unless the host is allowed it or the
+    /// caller says so (`plain_ok`).
     pub async fn request(
         &self,
         method: Method,
         url: &Uri,
         headers: &HeaderMap,
+        plain_ok: bool,
     ) -> Result<Response<Incoming>, HttpError> {
         let (tls, host, port) = origin(url).ok_or_else(|| HttpError::InvalidUrl {
             url: url.to_string(),
@@ -278,7 +280,7 @@ impl Client {
             .authority()
             .map(|a| a.as_str().to_owned())
             .unwrap_or_default();
-        if !tls && !self.allows_plain_http(&authority) {
+        if !tls && !plain_ok && !self.allows_plain_http(&authority) {
             return Err(HttpError::PlainHttpRefused {
                 url: url.to_string(),
             });
@@ -322,16 +324,22 @@ impl Client {
 
     /// GET (or HEAD) following redirects. Credentials go only to the origin
     /// they were meant for: a redirect to another host drops Authorization.
+    /// `plain_ok` lets every hop use plain HTTP: for a request that an
+    /// exchange already running over plain HTTP asked for (a token realm of
+    /// an insecure registry); an HTTPS exchange never passes it.
     pub async fn get(
         &self,
         method: Method,
         url: &Uri,
         headers: &HeaderMap,
+        plain_ok: bool,
     ) -> Result<(Uri, Response<Incoming>), HttpError> {
         let mut url = url.clone();
         let mut headers = headers.clone();
         for _ in 0..=MAX_REDIRECTS {
-            let response = self.request(method.clone(), &url, &headers).await?;
+            let response = self
+                .request(method.clone(), &url, &headers, plain_ok)
+                .await?;
             let redirect = matches!(
                 response.status(),
                 StatusCode::MOVED_PERMANENTLY

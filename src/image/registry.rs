@@ -162,7 +162,7 @@ impl Registry {
             {
                 headers.insert(AUTHORIZATION, value);
             }
-            let (final_url, response) = self.http.get(Method::GET, &url, &headers).await?;
+            let (final_url, response) = self.http.get(Method::GET, &url, &headers, false).await?;
             let status = response.status();
             if status.is_success() {
                 return Ok((final_url, response));
@@ -205,6 +205,9 @@ impl Registry {
             url: url.to_string(),
             challenge: challenge.to_owned(),
         };
+        // A registry reached over plain HTTP (allowed by configuration) may
+        // name a plain-HTTP token realm; one reached over HTTPS may not.
+        let plain_registry = url.scheme_str() == Some("http");
         let params = parse_challenge(challenge).ok_or_else(unauthorized)?;
         let realm = params.get("realm").ok_or_else(unauthorized)?;
         let mut query = Vec::new();
@@ -224,7 +227,7 @@ impl Registry {
         })?;
         let (final_url, response) = self
             .http
-            .get(Method::GET, &token_url, &HeaderMap::new())
+            .get(Method::GET, &token_url, &HeaderMap::new(), plain_registry)
             .await?;
         if !response.status().is_success() {
             return Err(RegistryError::Status {

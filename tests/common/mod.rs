@@ -90,6 +90,7 @@ pub fn run(cmd: &mut Command) -> String {
 pub struct Registry {
     dir: TempDir,
     pub addr: String,
+    creds: Option<String>,
 }
 
 impl Registry {
@@ -98,7 +99,26 @@ impl Registry {
         let addr = run(Command::new(repo().join("scripts/registry.sh"))
             .arg("start")
             .arg(dir.path()));
-        Registry { dir, addr }
+        Registry {
+            dir,
+            addr,
+            creds: None,
+        }
+    }
+
+    /// A registry behind the Bearer-token flow (Docker Hub's): anonymous
+    /// pulls get a pull token from its token server; pushes need `creds`.
+    pub fn start_with_token_auth(creds: &str) -> Registry {
+        let dir = TempDir::new("nanolet-registry");
+        let addr = run(Command::new(repo().join("scripts/registry.sh"))
+            .arg("start")
+            .arg(dir.path())
+            .args(["--token-auth", creds]));
+        Registry {
+            dir,
+            addr,
+            creds: Some(creds.to_owned()),
+        }
     }
 
     /// Builds a busybox image with `build-image.sh` options and pushes it as
@@ -114,11 +134,11 @@ impl Registry {
             .arg(&oci)
             .args(options)
             .args(["--tag", tag]));
-        run(Command::new(repo().join("scripts/push-image.sh"))
-            .arg(&oci)
-            .arg(tag)
-            .arg(&self.addr)
-            .arg(name_tag));
+        let mut push = Command::new(repo().join("scripts/push-image.sh"));
+        if let Some(creds) = &self.creds {
+            push.args(["--creds", creds]);
+        }
+        run(push.arg(&oci).arg(tag).arg(&self.addr).arg(name_tag));
         format!("{}/{name_tag}", self.addr)
     }
 
