@@ -902,3 +902,49 @@ fn anonymous_pull_through_the_bearer_token_flow() {
     // One token serves the manifest and every blob of the repository.
     assert_eq!(ours.len(), 1, "{ours:?}");
 }
+
+#[test]
+fn registry_mirrors_first_then_the_registry_itself() {
+    let upstream = Registry::start();
+    let mirror = Registry::start();
+    let only_upstream = upstream.push("test/upstream:1", &[]);
+    mirror.push("test/mirrored:1", &["--env", "SERVED_BY=mirror"]);
+    let config = common::TempDir::new("nanolet-mirror-config");
+    let file = config.path().join("config.yaml");
+    fs::write(
+        &file,
+        format!(
+            "kind: KubeletConfiguration\n---\nkind: NanoletConfiguration\ninsecureRegistries: [{m}]\nregistryMirrors:\n  {u}: [{m}]\n",
+            u = upstream.addr,
+            m = mirror.addr
+        ),
+    )
+    .unwrap();
+    let agent = Agent::start_with(&upstream, &["--config", file.to_str().unwrap()]);
+    // Named after the upstream registry, present only on the mirror.
+    agent.write_manifest(
+        "mirrored.yaml",
+        &pod_yaml(
+            "mirrored",
+            "",
+            &format!("  - name: c\n    image: {}/test/mirrored:1\n    command: [sh, -c, 'echo $SERVED_BY; sleep 3600']\n", upstream.addr),
+        ),
+    );
+    // Present only upstream: the mirror's 404 falls back to the registry.
+    agent.write_manifest(
+        "upstream.yaml",
+        &pod_yaml(
+            "upstream",
+            "",
+            &format!("  - name: c\n    image: {only_upstream}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("mirrored");
+    agent.wait_running("upstream");
+    let logs = agent.wait_for("output", T, |a| {
+        let l = a.logs("default/mirrored", None);
+        l.contains("mirror").then_some(l)
+    });
+    assert_eq!(logs.trim(), "mirror");
+    assert!(agent.log().contains("trying the next"), "{}", agent.log());
+}
