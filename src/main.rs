@@ -1,24 +1,12 @@
 //! nanolet: a small Kubernetes node agent.
 
-mod agent;
-mod cgroup;
-mod cli;
-mod config;
-mod http;
-mod image;
-mod monitor;
-mod mount;
-mod pod;
-mod quantity;
-mod rt;
-mod runtime;
-mod state;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use lexopt::prelude::*;
+use nanolet::{agent, cli, config, monitor, rt};
 
 const USAGE: &str = "\
 nanolet: a small Kubernetes node agent

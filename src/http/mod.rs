@@ -2,7 +2,7 @@
 //! rustls (ring), a small keep-alive pool, redirects that never carry
 //! credentials to another host, and timeouts by progress.
 
-mod io;
+pub mod io;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

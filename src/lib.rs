@@ -1,0 +1,16 @@
+//! nanolet as a library: the binary (`src/main.rs`) is its command line,
+//! and the test API server reuses its pod model and HTTP plumbing.
+
+pub mod agent;
+pub mod cgroup;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod image;
+pub mod monitor;
+pub mod mount;
+pub mod pod;
+pub mod quantity;
+pub mod rt;
+pub mod runtime;
+pub mod state;
