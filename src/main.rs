@@ -1,6 +1,5 @@
 //! nanolet: a small Kubernetes node agent.
 
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 

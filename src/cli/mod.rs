@@ -74,7 +74,8 @@ pub fn print_pods(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError>
     let mut rows: Vec<[String; 6]> =
         vec![["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"].map(String::from)];
     for r in &records {
-        let (ready, status, restarts) = summary(&r.status, r.terminating);
+        let containers = r.status.container_statuses.as_ref().map_or(0, Vec::len);
+        let (ready, status, restarts) = summary(&r.status, r.terminating, containers);
         rows.push([
             r.namespace.clone(),
             r.name.clone(),

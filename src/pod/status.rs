@@ -212,8 +212,13 @@ fn phase(policy: RestartPolicy, statuses: &[core::ContainerStatus]) -> &'static 
     "Pending"
 }
 
-/// READY, STATUS and RESTARTS as `kubectl get pods` prints them.
-pub fn summary(status: &core::PodStatus, terminating: bool) -> (String, String, u32) {
+/// READY, STATUS and RESTARTS as `kubectl get pods` prints them, for a pod
+/// of `containers` containers (its spec's count: statuses may be missing).
+pub fn summary(
+    status: &core::PodStatus,
+    terminating: bool,
+    containers: usize,
+) -> (String, String, u32) {
     let statuses = status.container_statuses.as_deref().unwrap_or_default();
     let mut reason = status
         .reason
@@ -250,7 +255,7 @@ pub fn summary(status: &core::PodStatus, terminating: bool) -> (String, String, 
     if terminating {
         reason = "Terminating".into();
     }
-    (format!("{ready}/{}", statuses.len()), reason, restarts)
+    (format!("{ready}/{containers}"), reason, restarts)
 }
 
 #[cfg(test)]
@@ -292,7 +297,7 @@ mod tests {
 
     fn row(p: &Pod, views: &[ContainerView]) -> (String, String, u32) {
         let s = pod_status(p, views, "runc", Timestamp::now(), &[], false);
-        summary(&s, false)
+        summary(&s, false, 2)
     }
 
     #[test]
@@ -324,7 +329,7 @@ mod tests {
         );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(
-            summary(&s, false),
+            summary(&s, false, 2),
             ("1/2".into(), "CrashLoopBackOff".into(), 3)
         );
 
@@ -338,7 +343,7 @@ mod tests {
             false,
         );
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
-        assert_eq!(summary(&s, false).1, "Completed");
+        assert_eq!(summary(&s, false, 2).1, "Completed");
         let s = pod_status(
             &never,
             &[exited(2), exited(0)],
@@ -348,7 +353,7 @@ mod tests {
             false,
         );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
-        assert_eq!(summary(&s, false).1, "Error");
+        assert_eq!(summary(&s, false, 2).1, "Error");
         let on_failure = pod("OnFailure");
         let s = pod_status(
             &on_failure,
@@ -359,6 +364,6 @@ mod tests {
             false,
         );
         assert_eq!(s.phase.as_deref(), Some("Running"));
-        assert_eq!(summary(&s, true).1, "Terminating");
+        assert_eq!(summary(&s, true, 2).1, "Terminating");
     }
 }

@@ -1,0 +1,870 @@
+//! HTTPS serving: TLS with optional client certificates, authentication,
+//! routing to discovery, OpenAPI and the resource endpoints, watch streams,
+//! and the request record tests count traffic with.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::TcpListener;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_lite::{FutureExt, StreamExt};
+use futures_rustls::TlsAcceptor;
+use futures_rustls::rustls::server::WebPkiClientVerifier;
+use futures_rustls::rustls::{self, RootCertStore, ServerConfig};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::{Value, json};
+use smol::Async;
+
+use crate::api::{Api, Query};
+use crate::resources::Resource;
+use crate::status::{ApiError, ApiResult, success};
+use crate::store::{EventType, Watcher};
+use crate::table;
+
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+/// One request, as the tests count API traffic.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RequestRecord {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub user: String,
+    pub status: u16,
+    pub request_bytes: usize,
+    pub response_bytes: usize,
+}
+
+/// Faults the tests inject through the admin endpoint.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Fail this many of the next API requests with this status (0 = hang
+    /// until the client gives up, a timeout).
+    pub fail_next: Cell<u32>,
+    pub fail_status: Cell<u16>,
+    /// Refuse (close) new connections while set.
+    pub paused: Cell<bool>,
+}
+
+pub struct Server {
+    pub api: Api,
+    pub tokens: RefCell<HashMap<String, User>>,
+    pub requests: RefCell<Vec<RequestRecord>>,
+    pub faults: Faults,
+    pub address: String,
+    pub bookmark_interval: Duration,
+    /// A node whose Lease is older than this is marked NotReady (Unknown).
+    pub node_grace: Duration,
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header("Content-Type", "application/json")
+        .body(Full::new(Bytes::from(body)).boxed_unsync())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed_unsync()))
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    json_response(
+        StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &e.to_status(),
+    )
+}
+
+fn text_response(status: StatusCode, text: &str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("Content-Type", "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from(text.to_owned())).boxed_unsync())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed_unsync()))
+}
+
+pub fn parse_query(raw: Option<&str>) -> Query {
+    let mut out = Query::new();
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        out.insert(decode(k), decode(v));
+    }
+    out
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                    16,
+                ) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn tls_config(
+    ca_pem: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> anyhow::Result<Arc<ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<_, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)?;
+    // kubectl offers h2 first; this server speaks HTTP/1.1.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Accepts connections until the process ends.
+pub async fn serve(
+    server: Rc<Server>,
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+) -> anyhow::Result<()> {
+    let listener = Async::new(listener)?;
+    let acceptor = TlsAcceptor::from(tls);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        if server.faults.paused.get() {
+            drop(stream);
+            continue;
+        }
+        let acceptor = acceptor.clone();
+        let server = server.clone();
+        nanolet::rt::spawn(async move {
+            let Ok(tls) = acceptor.accept(stream).await else {
+                return;
+            };
+            let user = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .and_then(|cert| crate::pki::identity(cert.as_ref()))
+                .map(|(name, groups)| User { name, groups });
+            let service = hyper::service::service_fn(move |req| {
+                let server = server.clone();
+                let user = user.clone();
+                async move { Ok::<_, Infallible>(server.handle(req, user).await) }
+            });
+            let io = nanolet::http::io::HyperIo(tls);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .with_upgrades()
+                .await
+            {
+                log::debug!("connection: {e}");
+            }
+        })
+        .detach();
+    }
+}
+
+/// The path split into segments, for routing.
+fn segments(path: &str) -> Vec<&str> {
+    path.split('/').filter(|s| !s.is_empty()).collect()
+}
+
+impl Server {
+    fn authenticate(&self, req: &Request<Incoming>, cert_user: Option<User>) -> Option<User> {
+        if let Some(token) = req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        {
+            return self.tokens.borrow().get(token.trim()).cloned();
+        }
+        cert_user
+    }
+
+    pub async fn handle(
+        self: Rc<Self>,
+        req: Request<Incoming>,
+        cert_user: Option<User>,
+    ) -> Response<Body> {
+        // Paused: requests on open connections hang, as to an unreachable host.
+        while self.faults.paused.get() {
+            smol::Timer::after(Duration::from_millis(100)).await;
+        }
+        let user = self.authenticate(&req, cert_user);
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let raw_query = req.uri().query().unwrap_or("").to_owned();
+        let public = matches!(
+            path.as_str(),
+            "/version" | "/healthz" | "/livez" | "/readyz"
+        );
+        let (response, request_bytes) = if user.is_none() && !public {
+            let e = ApiError::new(401, "Unauthorized", "Unauthorized");
+            (error_response(&e), 0)
+        } else if self.faults.fail_next.get() > 0 && !public {
+            self.faults.fail_next.set(self.faults.fail_next.get() - 1);
+            match self.faults.fail_status.get() {
+                0 => {
+                    // A timeout: the request hangs until the client gives up.
+                    std::future::pending::<()>().await;
+                    unreachable!("pending never completes")
+                }
+                code => {
+                    let e =
+                        ApiError::new(code, "InternalError", format!("injected failure {code}"));
+                    (error_response(&e), 0)
+                }
+            }
+        } else {
+            let accept = req
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let content_type = req
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/json")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned();
+            if content_type == "application/vnd.kubernetes.protobuf" {
+                // Only JSON is implemented; protobuf clients (kubectl
+                // create's typed clients) get the real server's 415.
+                let e = ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml",
+                );
+                return self.finish(method, path, raw_query, user, error_response(&e), 0);
+            }
+            let body = match req.into_body().collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => Bytes::new(),
+            };
+            let n = body.len();
+            let query = parse_query(Some(&raw_query));
+            let response = match self
+                .route(&method, &path, &query, &accept, &content_type, &body)
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            };
+            (response, n)
+        };
+        self.finish(method, path, raw_query, user, response, request_bytes)
+    }
+
+    /// Records the request (for traffic counts) and returns its response.
+    fn finish(
+        &self,
+        method: Method,
+        path: String,
+        query: String,
+        user: Option<User>,
+        response: Response<Body>,
+        request_bytes: usize,
+    ) -> Response<Body> {
+        let response_bytes = hyper::body::Body::size_hint(response.body())
+            .exact()
+            .unwrap_or(0) as usize;
+        self.requests.borrow_mut().push(RequestRecord {
+            method: method.to_string(),
+            path,
+            query,
+            user: user
+                .map(|u| u.name)
+                .unwrap_or_else(|| "system:anonymous".into()),
+            status: response.status().as_u16(),
+            request_bytes,
+            response_bytes,
+        });
+        response
+    }
+
+    async fn route(
+        self: &Rc<Self>,
+        method: &Method,
+        path: &str,
+        query: &Query,
+        accept: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> ApiResult<Response<Body>> {
+        let segs = segments(path);
+        let ok = |v: Value| Ok(json_response(StatusCode::OK, &v));
+        match segs.as_slice() {
+            ["healthz"] | ["livez"] | ["readyz"] => Ok(text_response(StatusCode::OK, "ok")),
+            ["version"] => ok(json!({
+                "major": "1", "minor": "32", "gitVersion": "v1.32.0-nanolet-test",
+                "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+                "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc",
+                "platform": "linux/amd64"
+            })),
+            ["api"] => ok(json!({
+                "kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.address}]
+            })),
+            ["api", "v1"] => ok(json!({
+                "kind": "APIResourceList", "groupVersion": "v1", "resources": Resource::discovery("", "v1")
+            })),
+            ["apis"] => {
+                let groups: Vec<Value> = Resource::groups()
+                    .iter()
+                    .map(|(g, v)| group_json(g, v))
+                    .collect();
+                ok(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+            }
+            ["apis", g] => match Resource::groups().iter().find(|(name, _)| name == g) {
+                Some((g, v)) => {
+                    let mut group = group_json(g, v);
+                    group["kind"] = "APIGroup".into();
+                    group["apiVersion"] = "v1".into();
+                    ok(group)
+                }
+                None => Err(not_found_path()),
+            },
+            ["apis", g, v]
+                if Resource::groups()
+                    .iter()
+                    .any(|(name, ver)| name == g && ver == v) =>
+            {
+                ok(json!({
+                    "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{g}/{v}"),
+                    "resources": Resource::discovery(g, v)
+                }))
+            }
+            ["openapi", "v3"] => ok(crate::openapi::index()),
+            ["openapi", "v3", rest @ ..] => crate::openapi::document(&rest.join("/"))
+                .map(|d| json_response(StatusCode::OK, &d))
+                .ok_or_else(not_found_path),
+            ["api", "v1", rest @ ..] => {
+                self.resource(method, "", "v1", rest, query, accept, content_type, body)
+                    .await
+            }
+            ["apis", g, v, rest @ ..] => {
+                self.resource(method, g, v, rest, query, accept, content_type, body)
+                    .await
+            }
+            _ => Err(not_found_path()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn resource(
+        self: &Rc<Self>,
+        method: &Method,
+        group: &str,
+        version: &str,
+        rest: &[&str],
+        query: &Query,
+        accept: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> ApiResult<Response<Body>> {
+        let namespaced_path = rest.len() >= 3
+            && rest[0] == "namespaces"
+            && Resource::find(group, version, rest[2]).is_some_and(|r| r.namespaced);
+        let (namespace, rest) = if namespaced_path {
+            (Some(rest[1]), &rest[2..])
+        } else {
+            (None, rest)
+        };
+        let Some(resource) = rest
+            .first()
+            .and_then(|plural| Resource::find(group, version, plural))
+        else {
+            return Err(not_found_path());
+        };
+        let name = rest.get(1).copied();
+        let subresource = rest.get(2).copied();
+        if rest.len() > 3 && subresource != Some("proxy") {
+            return Err(not_found_path());
+        }
+        if resource.namespaced && namespace.is_none() && name.is_some() {
+            return Err(not_found_path());
+        }
+        if let Some(sub) = subresource
+            && !resource.subresources.contains(&sub)
+        {
+            return Err(not_found_path());
+        }
+        let api = &self.api;
+        let parse_body = || -> ApiResult<Value> {
+            if body.is_empty() {
+                return Ok(json!({}));
+            }
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding the body: {e}")))
+        };
+        let respond = |status: StatusCode, value: Value| -> ApiResult<Response<Body>> {
+            if table::wants_table(accept) && method == Method::GET {
+                let rv = value
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                let include = query
+                    .get("includeObject")
+                    .map(String::as_str)
+                    .unwrap_or("Metadata");
+                let items = match value.get("items").and_then(Value::as_array) {
+                    Some(items) => items.clone(),
+                    None => vec![value.clone()],
+                };
+                let mut t = table::table(resource, &items, &rv, include);
+                if let Some(c) = value.pointer("/metadata/continue") {
+                    t["metadata"]["continue"] = c.clone();
+                }
+                return Ok(json_response(status, &t));
+            }
+            Ok(json_response(status, &value))
+        };
+        match (method, name, subresource) {
+            (&Method::GET, None, _) => {
+                if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+                    return self.watch(resource, namespace, query, table::wants_table(accept));
+                }
+                respond(StatusCode::OK, api.list(resource, namespace, query)?)
+            }
+            (&Method::GET, Some(name), None | Some("status")) => {
+                respond(StatusCode::OK, api.get(resource, namespace, name)?)
+            }
+            (&Method::POST, None, None) => {
+                let created = api.create(resource, namespace, parse_body()?, query)?;
+                if (resource.group, resource.plural) == ("", "pods") {
+                    self.schedule_pending();
+                }
+                respond(StatusCode::CREATED, created)
+            }
+            (&Method::POST, Some(name), Some("binding")) => {
+                let binding = parse_body()?;
+                let node = binding
+                    .pointer("/target/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                self.bind(namespace.unwrap_or(""), name, &node)?;
+                Ok(json_response(
+                    StatusCode::CREATED,
+                    &success(json!({"name": name, "kind": "pods"})),
+                ))
+            }
+            (&Method::PUT, Some(name), sub) => {
+                let updated = api.update(resource, namespace, name, sub, parse_body()?, query)?;
+                if resource.plural == "nodes" {
+                    self.schedule_pending();
+                }
+                respond(StatusCode::OK, updated)
+            }
+            (&Method::PATCH, Some(name), sub) => {
+                let patched = api.patch(
+                    resource,
+                    namespace,
+                    name,
+                    sub,
+                    content_type,
+                    &parse_body()?,
+                    query,
+                )?;
+                if resource.plural == "nodes" {
+                    self.schedule_pending();
+                }
+                respond(StatusCode::OK, patched)
+            }
+            (&Method::DELETE, Some(name), None) => {
+                let deleted = api.delete(resource, namespace, name, &parse_body()?)?;
+                respond(StatusCode::OK, deleted)
+            }
+            (&Method::DELETE, None, None) => respond(
+                StatusCode::OK,
+                api.delete_collection(resource, namespace, query, &parse_body()?)?,
+            ),
+            _ => Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )),
+        }
+    }
+
+    /// A watch: replays the window after `resourceVersion` (or sends every
+    /// object as ADDED without one), then streams live events; bookmarks
+    /// when asked; ends after `timeoutSeconds`.
+    fn watch(
+        self: &Rc<Self>,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        query: &Query,
+        as_table: bool,
+    ) -> ApiResult<Response<Body>> {
+        let (labels, fields) = crate::api::label_and_field(resource, query)?;
+        let matches = move |o: &Value| labels.matches(o) && fields.matches(o);
+        let (events_tx, events_rx) = smol::channel::bounded(1000);
+        let mut initial: Vec<(&'static str, Value)> = Vec::new();
+        let mut expired = None;
+        {
+            let mut store = self.api.store.borrow_mut();
+            let rv = query
+                .get("resourceVersion")
+                .filter(|v| !v.is_empty() && *v != "0");
+            match rv.map(|v| v.parse::<u64>()) {
+                None => {
+                    for o in store.list(&resource.id(), namespace) {
+                        if matches(&o) {
+                            initial.push(("ADDED", o));
+                        }
+                    }
+                }
+                Some(Ok(rv)) => match store.since(&resource.id(), namespace, rv) {
+                    Some(events) => {
+                        for e in events {
+                            if let Some(t) = translate(&e, &matches) {
+                                initial.push((t, e.object.clone()));
+                            }
+                        }
+                    }
+                    None => {
+                        expired = Some(format!(
+                            "too old resource version: {rv} ({})",
+                            store.oldest_rv()
+                        ))
+                    }
+                },
+                Some(Err(_)) => return Err(ApiError::bad_request("invalid resourceVersion")),
+            }
+            store.watch(Watcher {
+                resource: resource.id(),
+                namespace: namespace.map(str::to_owned),
+                tx: events_tx,
+            });
+        }
+        let (body_tx, body_rx) = smol::channel::bounded::<Bytes>(64);
+        let frame = move |kind: &str, object: Value| -> Bytes {
+            let object = if as_table && kind != "ERROR" && kind != "BOOKMARK" {
+                let rv = object
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                table::table(resource, &[object], &rv, "Object")
+            } else {
+                object
+            };
+            let mut line =
+                serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+            line.push(b'\n');
+            Bytes::from(line)
+        };
+        let timeout = query
+            .get("timeoutSeconds")
+            .and_then(|t| t.parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .unwrap_or(Duration::from_secs(1800));
+        let bookmarks = query
+            .get("allowWatchBookmarks")
+            .is_some_and(|b| b == "true");
+        let bookmark_interval = self.bookmark_interval;
+        let server = self.clone();
+        nanolet::rt::spawn(async move {
+            if let Some(message) = expired {
+                let status = ApiError::gone(message).to_status();
+                let _ = body_tx.send(frame("ERROR", status)).await;
+                return;
+            }
+            for (kind, object) in initial {
+                if body_tx.send(frame(kind, object)).await.is_err() {
+                    return;
+                }
+            }
+            let deadline = smol::Timer::after(timeout);
+            let stream = async {
+                let mut next_bookmark = smol::Timer::interval(bookmark_interval);
+                loop {
+                    let event = async { Some(events_rx.recv().await) };
+                    let bookmark = async {
+                        if bookmarks {
+                            next_bookmark.next().await;
+                            None
+                        } else {
+                            std::future::pending().await
+                        }
+                    };
+                    match event.or(bookmark).await {
+                        Some(Ok(e)) => {
+                            if let Some(kind) = translate(&e, &matches)
+                                && body_tx.send(frame(kind, e.object.clone())).await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                        // The store dropped this watch (closed by a test, or too slow).
+                        Some(Err(_)) => return,
+                        None => {
+                            let rv = server.api.store.borrow().current_rv().to_string();
+                            let mark = json!({"kind": resource.kind, "apiVersion": resource.api_version(), "metadata": {"resourceVersion": rv}});
+                            if body_tx.send(frame("BOOKMARK", mark)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            };
+            stream.or(async { deadline.await; }).await;
+        })
+        .detach();
+        let body = StreamBody::new(body_rx.map(|b| Ok::<_, Infallible>(Frame::data(b))));
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("Content-Type", "application/json")
+            .header("Transfer-Encoding", "chunked")
+            .body(BodyExt::boxed_unsync(body))
+            .map_err(|e| ApiError::new(500, "InternalError", e.to_string()))
+    }
+
+    /// Binds a pod to a node (the Binding subresource).
+    fn bind(&self, namespace: &str, name: &str, node: &str) -> ApiResult<()> {
+        let pods = Resource::find("", "v1", "pods").expect("pods are always served");
+        let pod = self.api.get(pods, Some(namespace), name)?;
+        if pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty())
+        {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "pod {name} is already assigned to node {}",
+                    pod["spec"]["nodeName"]
+                ),
+            ));
+        }
+        let mut bound = pod.clone();
+        bound["spec"]["nodeName"] = node.into();
+        let condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": crate::api::now()});
+        bound["status"]["conditions"] = json!([condition]);
+        let k = crate::store::key(&pods.id(), namespace, name);
+        self.api
+            .store
+            .borrow_mut()
+            .put(k, bound, EventType::Modified);
+        Ok(())
+    }
+
+    /// The scheduler stand-in: binds unscheduled pods to the Ready node
+    /// their nodeSelector allows, when there is exactly one candidate or
+    /// the first by name among several.
+    pub fn schedule_pending(&self) {
+        let pods = self.api.store.borrow().list("/pods", None);
+        let nodes = self.api.store.borrow().list("/nodes", None);
+        let ready: Vec<&Value> = nodes
+            .iter()
+            .filter(|n| {
+                n.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+                    && n.pointer("/spec/unschedulable") != Some(&Value::Bool(true))
+            })
+            .collect();
+        for pod in pods {
+            if pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty())
+                || pod.pointer("/metadata/deletionTimestamp").is_some()
+            {
+                continue;
+            }
+            let selector = pod.pointer("/spec/nodeSelector").and_then(Value::as_object);
+            let candidate = ready.iter().find(|n| {
+                selector.is_none_or(|s| {
+                    s.iter().all(|(k, v)| {
+                        n.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v)
+                    })
+                })
+            });
+            if let Some(node) = candidate {
+                let ns = pod
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let name = pod
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let node = node
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if let Err(e) = self.bind(ns, name, node) {
+                    log::warn!("scheduling {ns}/{name}: {}", e.message);
+                }
+            }
+        }
+    }
+}
+
+impl Server {
+    /// The node lifecycle controller's core: a node whose Lease has not
+    /// been renewed within the grace period gets Ready=Unknown and the
+    /// unreachable taints.
+    pub fn node_lifecycle(&self) {
+        let nodes = self.api.store.borrow().list("/nodes", None);
+        let now = jiff::Timestamp::now();
+        for node in nodes {
+            let name = node
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let lease_key =
+                crate::store::key("coordination.k8s.io/leases", "kube-node-lease", &name);
+            let renewed = self
+                .api
+                .store
+                .borrow()
+                .get(&lease_key)
+                .and_then(|l| {
+                    l.pointer("/spec/renewTime")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let fresh =
+                renewed.is_some_and(|t| now.duration_since(t).unsigned_abs() <= self.node_grace);
+            if fresh {
+                continue;
+            }
+            let Some(conditions) = node.pointer("/status/conditions").and_then(Value::as_array)
+            else {
+                continue;
+            };
+            if conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "Unknown")
+            {
+                continue;
+            }
+            let mut updated = node.clone();
+            let stamp = crate::api::now();
+            if let Some(list) = updated
+                .pointer_mut("/status/conditions")
+                .and_then(Value::as_array_mut)
+            {
+                for c in list.iter_mut() {
+                    if ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"]
+                        .contains(&c["type"].as_str().unwrap_or(""))
+                    {
+                        c["status"] = "Unknown".into();
+                        c["reason"] = "NodeStatusUnknown".into();
+                        c["message"] = "Kubelet stopped posting node status.".into();
+                        c["lastTransitionTime"] = stamp.clone().into();
+                    }
+                }
+            }
+            if !updated["spec"].is_object() {
+                updated["spec"] = json!({});
+            }
+            let taints = updated["spec"]
+                .as_object_mut()
+                .map(|s| s.entry("taints").or_insert_with(|| json!([])));
+            if let Some(Value::Array(list)) = taints {
+                for effect in ["NoSchedule", "NoExecute"] {
+                    if !list.iter().any(|t| {
+                        t["key"] == "node.kubernetes.io/unreachable" && t["effect"] == effect
+                    }) {
+                        list.push(json!({"key": "node.kubernetes.io/unreachable", "effect": effect, "timeAdded": stamp}));
+                    }
+                }
+            }
+            let k = crate::store::key("/nodes", "", &name);
+            self.api
+                .store
+                .borrow_mut()
+                .put(k, updated, EventType::Modified);
+            log::info!("node {name}: lease expired; marked NotReady");
+        }
+    }
+}
+
+/// How an event shows in a watch with selectors: a modification that makes
+/// an object match is ADDED, one that makes it stop matching is DELETED.
+fn translate(
+    event: &crate::store::Event,
+    matches: &dyn Fn(&Value) -> bool,
+) -> Option<&'static str> {
+    let now = matches(&event.object);
+    match event.kind {
+        EventType::Added => now.then_some("ADDED"),
+        EventType::Deleted => now.then_some("DELETED"),
+        EventType::Modified => {
+            let before = event.old.as_ref().is_some_and(matches);
+            match (before, now) {
+                (true, true) => Some("MODIFIED"),
+                (false, true) => Some("ADDED"),
+                (true, false) => Some("DELETED"),
+                (false, false) => None,
+            }
+        }
+    }
+}
+
+fn group_json(group: &str, version: &str) -> Value {
+    let gv = json!({"groupVersion": format!("{group}/{version}"), "version": version});
+    json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
+}
+
+fn not_found_path() -> ApiError {
+    ApiError::new(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+}

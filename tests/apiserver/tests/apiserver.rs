@@ -1,0 +1,762 @@
+//! The test API server as its clients see it: the real kubectl, and raw
+//! HTTP (curl) for the semantics kubectl hides: watches, 410, patches,
+//! preconditions, optimistic concurrency.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct ApiServer {
+    dir: PathBuf,
+    url: String,
+    admin: String,
+    token: String,
+    child: Child,
+}
+
+impl ApiServer {
+    fn start() -> ApiServer {
+        Self::start_with(&[])
+    }
+
+    fn start_with(args: &[&str]) -> ApiServer {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "test-apiserver-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_test-apiserver"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--bookmark-interval",
+                "1",
+            ])
+            .args(args)
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        ApiServer {
+            url: read("server"),
+            admin: read("admin"),
+            token: read("admin.token"),
+            dir,
+            child,
+        }
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.unwrap_or("").as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, out, err) = self.kubectl(args, stdin);
+        assert!(ok, "kubectl {args:?}: {err}{out}");
+        out
+    }
+
+    /// A raw request as the admin (bearer token): (status, body).
+    fn call(&self, method: &str, path: &str, body: Option<(&str, &Value)>) -> (u16, Value) {
+        self.call_as(Some(&self.token), method, path, body)
+    }
+
+    fn call_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &Value)>,
+    ) -> (u16, Value) {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-w", "\n%{http_code}", "--cacert"])
+            .arg(self.dir.join("ca.crt"))
+            .args(["-X", method]);
+        if let Some(t) = token {
+            cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        if let Some((content_type, value)) = body {
+            cmd.args([
+                "-H",
+                &format!("Content-Type: {content_type}"),
+                "--data-binary",
+                &value.to_string(),
+            ]);
+        }
+        let out = cmd.arg(format!("{}{path}", self.url)).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (
+            code.parse().unwrap(),
+            serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())),
+        )
+    }
+
+    fn admin(&self, method: &str, path: &str) -> String {
+        let out = Command::new("curl")
+            .args(["-s", "-X", method, &format!("{}{path}", self.admin)])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A watch, read to its end (it must end by itself: timeoutSeconds).
+    fn watch(&self, path: &str) -> Vec<Value> {
+        let out = Command::new("curl")
+            .args(["-s", "-N", "--max-time", "20", "--cacert"])
+            .arg(self.dir.join("ca.crt"))
+            .args(["-H", &format!("Authorization: Bearer {}", self.token)])
+            .arg(format!("{}{path}", self.url))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn rv(o: &Value) -> u64 {
+    o["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels: {app: web}\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n    command: [sleep, '3600']\n";
+
+fn ready_node(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": null, "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                   "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}], "nodeInfo": {"kubeletVersion": "v1.32.0", "osImage": "Debian", "kernelVersion": "6.1", "containerRuntimeVersion": "runc://1.1.5",
+                   "machineID": "m", "systemUUID": "s", "bootID": "b", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}}})
+}
+
+#[test]
+fn kubectl_apply_get_describe_delete() {
+    let s = ApiServer::start();
+    assert!(
+        s.kubectl_ok(&["apply", "-f", "-"], Some(POD))
+            .contains("pod/web created")
+    );
+    let table = s.kubectl_ok(&["get", "pods", "-o", "wide"], None);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "READY",
+            "STATUS",
+            "RESTARTS",
+            "AGE",
+            "IP",
+            "NODE",
+            "NOMINATED",
+            "NODE",
+            "READINESS",
+            "GATES"
+        ]
+    );
+    assert!(table.lines().nth(1).unwrap().starts_with("web "), "{table}");
+    assert!(
+        table.contains("0/1") && table.contains("Pending"),
+        "{table}"
+    );
+    // Defaulting as the real server does it.
+    let yaml = s.kubectl_ok(&["get", "pod", "web", "-o", "json"], None);
+    let pod: Value = serde_json::from_str(&yaml).unwrap();
+    assert_eq!(pod["spec"]["restartPolicy"], "Always");
+    assert_eq!(
+        pod["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    assert_eq!(
+        pod["spec"]["containers"][0]["terminationMessagePolicy"],
+        "File"
+    );
+    assert_eq!(pod["spec"]["serviceAccountName"], "default");
+    assert!(
+        pod["spec"]["volumes"][0]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("kube-api-access-")
+    );
+    assert_eq!(pod["status"]["qosClass"], "BestEffort");
+    assert_eq!(pod["metadata"]["uid"].as_str().unwrap().len(), 36);
+    assert!(
+        s.kubectl_ok(&["describe", "pod", "web"], None)
+            .contains("Name:")
+    );
+    assert!(
+        s.kubectl_ok(&["apply", "-f", "-"], Some(POD))
+            .contains("unchanged")
+    );
+    let relabelled = POD.replace("app: web", "app: shop");
+    assert!(
+        s.kubectl_ok(&["apply", "-f", "-"], Some(&relabelled))
+            .contains("configured")
+    );
+    assert!(
+        s.kubectl_ok(&["get", "pods", "-l", "app=shop", "-o", "name"], None)
+            .contains("pod/web")
+    );
+    // An unbound pod is deleted at once; kubectl waits for it to be gone.
+    assert!(
+        s.kubectl_ok(&["delete", "pod", "web", "--timeout=10s"], None)
+            .contains("deleted")
+    );
+    assert!(
+        s.kubectl(&["get", "pod", "web"], None)
+            .2
+            .contains("pods \"web\" not found")
+    );
+    let namespaces = s.kubectl_ok(&["get", "ns"], None);
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(namespaces.contains(ns), "{namespaces}");
+    }
+}
+
+#[test]
+fn authentication_by_certificate_and_token() {
+    let s = ApiServer::start();
+    let (code, body) = s.call_as(None, "GET", "/api/v1/pods", None);
+    assert_eq!(code, 401);
+    assert_eq!(body["kind"], "Status");
+    assert_eq!(body["reason"], "Unauthorized");
+    assert_eq!(s.call_as(Some("wrong"), "GET", "/api/v1/pods", None).0, 401);
+    assert_eq!(s.call_as(None, "GET", "/version", None).0, 200);
+    assert_eq!(s.call("GET", "/api/v1/pods", None).0, 200);
+    // A node's kubeconfig authenticates as system:node:<name>.
+    let config = Command::new(env!("CARGO_BIN_EXE_test-apiserver"))
+        .args(["node-kubeconfig", "edge-1", "--dir"])
+        .arg(&s.dir)
+        .output()
+        .unwrap();
+    assert!(config.status.success());
+    let file = s.dir.join("node.kubeconfig");
+    std::fs::write(&file, &config.stdout).unwrap();
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&file)
+        .args(["get", "nodes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests: Value = serde_json::from_str(&s.admin("GET", "/requests")).unwrap();
+    let users: Vec<&str> = requests
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["user"].as_str())
+        .collect();
+    assert!(users.contains(&"system:node:edge-1"), "{users:?}");
+    assert!(users.contains(&"admin-token"));
+    assert!(users.contains(&"system:anonymous"));
+}
+
+fn configmap(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": name}})
+}
+
+#[test]
+fn optimistic_concurrency_preconditions_and_patches() {
+    let s = ApiServer::start();
+    let (code, created) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(("application/json", &configmap("c", json!({})))),
+    );
+    assert_eq!(code, 201);
+    let (code, again) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(("application/json", &configmap("c", json!({})))),
+    );
+    assert_eq!(
+        (code, again["reason"].as_str()),
+        (409, Some("AlreadyExists"))
+    );
+    // Update with the current resourceVersion succeeds and bumps it...
+    let mut update = created.clone();
+    update["data"]["k"] = "v2".into();
+    let (code, updated) = s.call(
+        "PUT",
+        "/api/v1/namespaces/default/configmaps/c",
+        Some(("application/json", &update)),
+    );
+    assert_eq!(code, 200);
+    assert!(rv(&updated) > rv(&created));
+    // ... and a stale one is a conflict.
+    let (code, conflict) = s.call(
+        "PUT",
+        "/api/v1/namespaces/default/configmaps/c",
+        Some(("application/json", &update)),
+    );
+    assert_eq!(code, 409);
+    assert_eq!(conflict["reason"], "Conflict");
+    assert!(
+        conflict["message"]
+            .as_str()
+            .unwrap()
+            .contains("the object has been modified"),
+        "{conflict}"
+    );
+    // Patches: merge, JSON and strategic; a uid precondition in the patch.
+    let merge = json!({"metadata": {"labels": {"a": "1"}}});
+    let (code, patched) = s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/c",
+        Some(("application/merge-patch+json", &merge)),
+    );
+    assert_eq!(
+        (code, &patched["metadata"]["labels"]["a"]),
+        (200, &json!("1"))
+    );
+    let ops = json!([{"op": "replace", "path": "/data/k", "value": "v3"}, {"op": "add", "path": "/data/n", "value": "x"}]);
+    let (code, patched) = s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/c",
+        Some(("application/json-patch+json", &ops)),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(patched["data"], json!({"k": "v3", "n": "x"}));
+    let wrong_uid =
+        json!({"metadata": {"uid": "00000000-0000-0000-0000-000000000000", "labels": {"b": "2"}}});
+    let (code, body) = s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/c",
+        Some(("application/strategic-merge-patch+json", &wrong_uid)),
+    );
+    assert_eq!(code, 409);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("Precondition failed: UID in precondition"),
+        "{body}"
+    );
+    // Delete with a wrong uid precondition fails; with the right one, goes.
+    let options =
+        json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "nope"}});
+    assert_eq!(
+        s.call(
+            "DELETE",
+            "/api/v1/namespaces/default/configmaps/c",
+            Some(("application/json", &options))
+        )
+        .0,
+        409
+    );
+    let options = json!({"preconditions": {"uid": created["metadata"]["uid"]}});
+    assert_eq!(
+        s.call(
+            "DELETE",
+            "/api/v1/namespaces/default/configmaps/c",
+            Some(("application/json", &options))
+        )
+        .0,
+        200
+    );
+    let (code, gone) = s.call("GET", "/api/v1/namespaces/default/configmaps/c", None);
+    assert_eq!(
+        (code, gone["message"].as_str()),
+        (404, Some("configmaps \"c\" not found"))
+    );
+    // Strict field validation, as kubectl asks for it.
+    let mut bad = configmap("d", json!({}));
+    bad["spec"] = json!({"oops": 1});
+    let (code, body) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+        Some(("application/json", &bad)),
+    );
+    assert_eq!(code, 400);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field \"spec\""),
+        "{body}"
+    );
+    let generated =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "gen-"}});
+    let (code, body) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(("application/json", &generated)),
+    );
+    assert_eq!(code, 201);
+    let name = body["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+}
+
+#[test]
+fn pod_status_strategic_merge_by_condition_type() {
+    let s = ApiServer::start();
+    s.kubectl_ok(&["apply", "-f", "-"], Some(POD));
+    let status = json!({"status": {"conditions": [
+        {"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}]}});
+    let (code, _) = s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/pods/web/status",
+        Some(("application/strategic-merge-patch+json", &status)),
+    );
+    assert_eq!(code, 200);
+    let update = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}});
+    let (code, pod) = s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/pods/web/status",
+        Some(("application/strategic-merge-patch+json", &update)),
+    );
+    assert_eq!(code, 200);
+    let conditions = pod["status"]["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 2, "{conditions:?}");
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    );
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "PodScheduled" && c["status"] == "True")
+    );
+    assert_eq!(pod["status"]["phase"], "Running");
+    // The main resource ignores status; the status subresource ignores spec.
+    let sneaky = json!({"spec": {"activeDeadlineSeconds": 5}, "status": {"phase": "Failed"}});
+    let (_, pod) = s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/pods/web/status",
+        Some(("application/merge-patch+json", &sneaky)),
+    );
+    assert_eq!(pod["status"]["phase"], "Failed");
+    assert!(pod["spec"].get("activeDeadlineSeconds").is_none());
+    let (_, pod) = s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/pods/web",
+        Some((
+            "application/merge-patch+json",
+            &json!({"status": {"phase": "Running"}}),
+        )),
+    );
+    assert_eq!(pod["status"]["phase"], "Failed");
+    // Pod specs are immutable but for images.
+    let (code, body) = s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/pods/web",
+        Some((
+            "application/merge-patch+json",
+            &json!({"spec": {"restartPolicy": "Never"}}),
+        )),
+    );
+    assert_eq!(code, 422, "{body}");
+}
+
+#[test]
+fn selectors_and_pagination() {
+    let s = ApiServer::start();
+    for (i, tier) in ["web", "web", "db", "db", "cache"].iter().enumerate() {
+        let (code, _) = s.call(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some((
+                "application/json",
+                &configmap(&format!("cm{i}"), json!({"tier": tier})),
+            )),
+        );
+        assert_eq!(code, 201);
+    }
+    let names = |v: &Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (_, list) = s.call(
+        "GET",
+        "/api/v1/namespaces/default/configmaps?labelSelector=tier%20in%20(web,cache)",
+        None,
+    );
+    assert_eq!(names(&list), ["cm0", "cm1", "cm4"]);
+    let (_, list) = s.call(
+        "GET",
+        "/api/v1/configmaps?labelSelector=tier!%3Ddb&fieldSelector=metadata.name%3Dcm1",
+        None,
+    );
+    assert_eq!(names(&list), ["cm1"]);
+    let (code, body) = s.call("GET", "/api/v1/configmaps?fieldSelector=data.k%3Dx", None);
+    assert_eq!(code, 400, "{body}");
+    let mut all = Vec::new();
+    let mut path = "/api/v1/namespaces/default/configmaps?limit=2".to_owned();
+    loop {
+        let (code, page) = s.call("GET", &path, None);
+        assert_eq!(code, 200);
+        let got = names(&page);
+        assert!(got.len() <= 2);
+        all.extend(got);
+        match page["metadata"]["continue"].as_str() {
+            Some(token) => {
+                path = format!("/api/v1/namespaces/default/configmaps?limit=2&continue={token}")
+            }
+            None => break,
+        }
+    }
+    assert_eq!(all, ["cm0", "cm1", "cm2", "cm3", "cm4"]);
+}
+
+#[test]
+fn watches_resume_bookmark_time_out_and_expire() {
+    let s = ApiServer::start();
+    let (_, first) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(("application/json", &configmap("a", json!({"w": "yes"})))),
+    );
+    let start = rv(&first);
+    s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(("application/json", &configmap("b", json!({"w": "no"})))),
+    );
+    s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/a",
+        Some(("application/merge-patch+json", &json!({"data": {"k": "2"}}))),
+    );
+    s.call("DELETE", "/api/v1/namespaces/default/configmaps/b", None);
+    // From a resourceVersion: what came after it, in order, then the
+    // stream ends at timeoutSeconds.
+    let began = Instant::now();
+    let events = s.watch(&format!(
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={start}&timeoutSeconds=2"
+    ));
+    assert!(began.elapsed() >= Duration::from_secs(2) && began.elapsed() < Duration::from_secs(10));
+    let kinds: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["object"]["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds, [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]);
+    // A label selector filters; no resourceVersion replays the state.
+    let events = s.watch(
+        "/api/v1/namespaces/default/configmaps?watch=1&labelSelector=w%3Dyes&timeoutSeconds=1",
+    );
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["type"], "ADDED");
+    // Bookmarks when allowed (the server sends one a second here).
+    let events = s.watch(&format!("/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds=3", rv(&first)));
+    let bookmark = events
+        .iter()
+        .find(|e| e["type"] == "BOOKMARK")
+        .expect("a bookmark");
+    assert!(rv(&bookmark["object"]) >= start);
+    // After compaction an old resourceVersion is 410 Gone: an ERROR event
+    // on a watch, 410 on a list-from-continue.
+    s.admin("POST", "/compact");
+    let events = s.watch(&format!(
+        "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={start}&timeoutSeconds=5"
+    ));
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["type"], "ERROR");
+    assert_eq!(events[0]["object"]["code"], 410);
+    assert_eq!(events[0]["object"]["reason"], "Expired");
+    assert!(
+        events[0]["object"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("too old resource version")
+    );
+}
+
+#[test]
+fn graceful_pod_deletion_scheduling_and_node_lifecycle() {
+    let s = ApiServer::start_with(&["--node-grace", "2"]);
+    let (code, _) = s.call(
+        "POST",
+        "/api/v1/nodes",
+        Some(("application/json", &ready_node("edge-1"))),
+    );
+    assert_eq!(code, 201);
+    // The node has no status on create (it is a subresource); set it.
+    let (code, _) = s.call(
+        "PUT",
+        "/api/v1/nodes/edge-1/status",
+        Some(("application/json", &ready_node("edge-1"))),
+    );
+    assert_eq!(code, 200);
+    s.kubectl_ok(&["apply", "-f", "-"], Some(POD));
+    let (_, pod) = s.call("GET", "/api/v1/namespaces/default/pods/web", None);
+    assert_eq!(
+        pod["spec"]["nodeName"], "edge-1",
+        "scheduled to the only Ready node"
+    );
+    assert!(
+        s.kubectl_ok(&["get", "nodes", "-o", "wide"], None)
+            .contains("Ready")
+    );
+    // Deleting a bound pod marks it and leaves it for the kubelet...
+    let (code, marked) = s.call("DELETE", "/api/v1/namespaces/default/pods/web", None);
+    assert_eq!(code, 200);
+    assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 30);
+    assert!(marked["metadata"]["deletionTimestamp"].is_string());
+    assert!(s.kubectl_ok(&["get", "pods"], None).contains("Terminating"));
+    // ... which deletes it with grace 0 and a uid precondition.
+    let options =
+        json!({"gracePeriodSeconds": 0, "preconditions": {"uid": marked["metadata"]["uid"]}});
+    let (code, _) = s.call(
+        "DELETE",
+        "/api/v1/namespaces/default/pods/web",
+        Some(("application/json", &options)),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(
+        s.call("GET", "/api/v1/namespaces/default/pods/web", None).0,
+        404
+    );
+    // No Lease renewal within the grace period: NotReady (Unknown).
+    std::thread::sleep(Duration::from_secs(3));
+    s.admin("POST", "/expire-leases");
+    let (_, node) = s.call("GET", "/api/v1/nodes/edge-1", None);
+    let ready = node["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["status"], "Unknown", "{node}");
+    assert!(
+        node["spec"]["taints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["key"] == "node.kubernetes.io/unreachable")
+    );
+    assert!(s.kubectl_ok(&["get", "nodes"], None).contains("NotReady"));
+    // Deleting a node removes the pods bound to it (pod GC).
+    let (code, _) = s.call(
+        "POST",
+        "/api/v1/nodes",
+        Some(("application/json", &ready_node("edge-2"))),
+    );
+    assert_eq!(code, 201);
+    s.call(
+        "PUT",
+        "/api/v1/nodes/edge-2/status",
+        Some(("application/json", &ready_node("edge-2"))),
+    );
+    s.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&POD.replace("name: web", "name: other")),
+    );
+    let (_, pod) = s.call("GET", "/api/v1/namespaces/default/pods/other", None);
+    assert_eq!(
+        pod["spec"]["nodeName"], "edge-2",
+        "the NotReady node is not a candidate"
+    );
+    assert_eq!(s.call("DELETE", "/api/v1/nodes/edge-2", None).0, 200);
+    assert_eq!(
+        s.call("GET", "/api/v1/namespaces/default/pods/other", None)
+            .0,
+        404
+    );
+}
+
+#[test]
+fn faults_injected_by_the_admin_endpoint() {
+    let s = ApiServer::start();
+    s.admin("POST", "/fail?count=2&status=500");
+    assert_eq!(s.call("GET", "/api/v1/pods", None).0, 500);
+    assert_eq!(s.call("GET", "/api/v1/pods", None).0, 500);
+    assert_eq!(s.call("GET", "/api/v1/pods", None).0, 200);
+    s.admin("POST", "/fail?count=1&status=429");
+    assert_eq!(s.call("GET", "/api/v1/pods", None).0, 429);
+    s.admin("POST", "/pause");
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+        ])
+        .arg(s.dir.join("ca.crt"))
+        .arg(format!("{}/version", s.url))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "000",
+        "a paused server answers nothing"
+    );
+    s.admin("POST", "/resume");
+    assert_eq!(s.call("GET", "/version", None).0, 200);
+}
