@@ -22,6 +22,8 @@ pub type Query = HashMap<String, String>;
 
 pub struct Api {
     pub store: RefCell<Store>,
+    /// Published in every namespace as ConfigMap kube-root-ca.crt.
+    ca_pem: String,
 }
 
 pub fn now() -> String {
@@ -156,9 +158,10 @@ pub fn label_and_field(
 }
 
 impl Api {
-    pub fn new(history: usize) -> Api {
+    pub fn new(history: usize, ca_pem: String) -> Api {
         let api = Api {
             store: RefCell::new(Store::new(history)),
+            ca_pem,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
@@ -328,7 +331,32 @@ impl Api {
         if query.get("dryRun").is_some_and(|d| d == "All") {
             return Ok(object);
         }
-        Ok(self.store.borrow_mut().put(k, object, EventType::Added))
+        let stored = self.store.borrow_mut().put(k, object, EventType::Added);
+        if (resource.group, resource.plural) == ("", "namespaces") {
+            self.populate_namespace(&name);
+        }
+        Ok(stored)
+    }
+
+    /// What controllers add to a new namespace: its default service account
+    /// and the root CA ConfigMap pods' token volumes read.
+    fn populate_namespace(&self, namespace: &str) {
+        let (Some(accounts), Some(configmaps)) = (
+            Resource::find("", "v1", "serviceaccounts"),
+            Resource::find("", "v1", "configmaps"),
+        ) else {
+            return;
+        };
+        let account =
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
+        let root_ca = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt",
+            "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+            "data": {"ca.crt": self.ca_pem}});
+        for (resource, object) in [(accounts, account), (configmaps, root_ca)] {
+            if let Err(e) = self.create(resource, Some(namespace), object, &Query::new()) {
+                log::warn!("populating namespace {namespace}: {}", e.message);
+            }
+        }
     }
 
     /// PUT: replaces the object (or its status), checking resourceVersion
@@ -668,7 +696,8 @@ fn merge_for_subresource(
     subresource: Option<&str>,
 ) -> ApiResult<Value> {
     match subresource {
-        Some("status") => {
+        // Approval conditions live in status, as do signed certificates.
+        Some("status") | Some("approval") => {
             let mut result = current.clone();
             result["status"] = updated.get("status").cloned().unwrap_or(Value::Null);
             Ok(result)

@@ -16,6 +16,7 @@ mod server;
 mod status;
 mod store;
 mod table;
+mod tokens;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -32,7 +33,7 @@ use crate::server::{Faults, Server, User};
 
 const USAGE: &str =
     "usage: test-apiserver --listen 127.0.0.1:PORT --dir DIR [--admin-listen 127.0.0.1:PORT]
-         [--bookmark-interval SECONDS] [--history N] [--node-grace SECONDS]
+         [--bookmark-interval SECONDS] [--history N] [--node-grace SECONDS] [--auto-approve-csrs]
        test-apiserver node-kubeconfig NAME --dir DIR [--server URL]";
 
 fn main() -> anyhow::Result<()> {
@@ -47,6 +48,7 @@ fn main() -> anyhow::Result<()> {
     let mut dir = None;
     let mut bookmark_interval = Duration::from_secs(60);
     let mut history = 1000;
+    let mut auto_approve = false;
     let mut admin_listen = None;
     let mut node_grace = Duration::from_secs(40);
     while let Some(arg) = parser.next()? {
@@ -57,6 +59,7 @@ fn main() -> anyhow::Result<()> {
                 bookmark_interval = Duration::from_secs(parser.value()?.parse()?)
             }
             Long("history") => history = parser.value()?.parse()?,
+            Long("auto-approve-csrs") => auto_approve = true,
             Long("admin-listen") => admin_listen = Some(parser.value()?.string()?),
             Long("node-grace") => node_grace = Duration::from_secs(parser.value()?.parse()?),
             Long("help") => {
@@ -83,25 +86,33 @@ fn main() -> anyhow::Result<()> {
     )?;
     std::fs::write(dir.join("server"), &url)?;
     let tls = server::tls_config(&ca.cert_pem, &serving.cert_pem, &serving.key_pem)?;
+    let ca_pem = ca.cert_pem.clone();
     // A bearer token for the admin, for raw HTTP clients (curl).
     let admin_token = nanolet::state::random_hex();
     std::fs::write(dir.join("admin.token"), &admin_token)?;
     let mut tokens = HashMap::new();
     tokens.insert(
         admin_token,
-        User {
-            name: "admin-token".into(),
-            groups: vec!["system:masters".into()],
-        },
+        (
+            User {
+                name: "admin-token".into(),
+                groups: vec!["system:masters".into()],
+            },
+            None,
+        ),
     );
+    let signer = tokens::Signer::load_or_create(&dir)?;
     let server = Rc::new(Server {
-        api: api::Api::new(history),
+        api: api::Api::new(history, ca_pem),
         tokens: RefCell::new(tokens),
         requests: RefCell::new(Vec::new()),
         faults: Faults::default(),
         address: address.to_string(),
         bookmark_interval,
         node_grace,
+        signer,
+        auto_approve,
+        ca,
     });
     let admin = match admin_listen {
         Some(addr) => {

@@ -20,6 +20,8 @@ pub enum PkiError {
     },
     #[error("certificate: {0}")]
     Rcgen(#[from] rcgen::Error),
+    #[error("validity period: {0}")]
+    Validity(String),
 }
 
 fn read(path: &Path) -> Result<String, PkiError> {
@@ -150,4 +152,34 @@ pub fn identity(cert_der: &[u8]) -> Option<(String, Vec<String>)> {
         .filter_map(|o| o.as_str().ok().map(str::to_owned))
         .collect();
     Some((user, groups))
+}
+
+impl Ca {
+    /// Signs a PKCS#10 request (PEM) for `seconds`, for client or server
+    /// use as the CSR's usages say.
+    pub fn sign_request(
+        &self,
+        csr_pem: &str,
+        usages: &[String],
+        seconds: i64,
+    ) -> Result<String, PkiError> {
+        let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)?;
+        let now = jiff::Timestamp::now().as_second();
+        let at = |t: i64| {
+            time::OffsetDateTime::from_unix_timestamp(t)
+                .map_err(|e| PkiError::Validity(e.to_string()))
+        };
+        csr.params.not_before = at(now - 60)?;
+        csr.params.not_after = at(now + seconds)?;
+        csr.params.extended_key_usages = usages
+            .iter()
+            .filter_map(|u| match u.as_str() {
+                "client auth" => Some(ExtendedKeyUsagePurpose::ClientAuth),
+                "server auth" => Some(ExtendedKeyUsagePurpose::ServerAuth),
+                _ => None,
+            })
+            .collect();
+        csr.params.is_ca = IsCa::NoCa;
+        Ok(csr.signed_by(&self.issuer)?.pem())
+    }
 }

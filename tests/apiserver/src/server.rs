@@ -63,13 +63,19 @@ pub struct Faults {
 
 pub struct Server {
     pub api: Api,
-    pub tokens: RefCell<HashMap<String, User>>,
+    /// Bearer tokens: the admin's (no expiry) and issued service account
+    /// tokens (until they expire).
+    pub tokens: RefCell<HashMap<String, (User, Option<jiff::Timestamp>)>>,
     pub requests: RefCell<Vec<RequestRecord>>,
     pub faults: Faults,
     pub address: String,
     pub bookmark_interval: Duration,
     /// A node whose Lease is older than this is marked NotReady (Unknown).
     pub node_grace: Duration,
+    pub signer: crate::tokens::Signer,
+    /// Approve (and sign) every CertificateSigningRequest on creation.
+    pub auto_approve: bool,
+    pub ca: crate::pki::Ca,
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
@@ -214,7 +220,11 @@ impl Server {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
         {
-            return self.tokens.borrow().get(token.trim()).cloned();
+            let tokens = self.tokens.borrow();
+            return tokens
+                .get(token.trim())
+                .filter(|(_, expiry)| expiry.is_none_or(|e| e > jiff::Timestamp::now()))
+                .map(|(user, _)| user.clone());
         }
         cert_user
     }
@@ -286,8 +296,20 @@ impl Server {
             };
             let n = body.len();
             let query = parse_query(Some(&raw_query));
+            let requester = user.clone().unwrap_or(User {
+                name: "system:anonymous".into(),
+                groups: vec!["system:unauthenticated".into()],
+            });
             let response = match self
-                .route(&method, &path, &query, &accept, &content_type, &body)
+                .route(
+                    &method,
+                    &path,
+                    &query,
+                    &accept,
+                    &content_type,
+                    &body,
+                    &requester,
+                )
                 .await
             {
                 Ok(r) => r,
@@ -325,6 +347,7 @@ impl Server {
         response
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn route(
         self: &Rc<Self>,
         method: &Method,
@@ -333,6 +356,7 @@ impl Server {
         accept: &str,
         content_type: &str,
         body: &[u8],
+        user: &User,
     ) -> ApiResult<Response<Body>> {
         let segs = segments(path);
         let ok = |v: Value| Ok(json_response(StatusCode::OK, &v));
@@ -382,11 +406,21 @@ impl Server {
                 .map(|d| json_response(StatusCode::OK, &d))
                 .ok_or_else(not_found_path),
             ["api", "v1", rest @ ..] => {
-                self.resource(method, "", "v1", rest, query, accept, content_type, body)
-                    .await
+                self.resource(
+                    method,
+                    "",
+                    "v1",
+                    rest,
+                    query,
+                    accept,
+                    content_type,
+                    body,
+                    user,
+                )
+                .await
             }
             ["apis", g, v, rest @ ..] => {
-                self.resource(method, g, v, rest, query, accept, content_type, body)
+                self.resource(method, g, v, rest, query, accept, content_type, body, user)
                     .await
             }
             _ => Err(not_found_path()),
@@ -404,6 +438,7 @@ impl Server {
         accept: &str,
         content_type: &str,
         body: &[u8],
+        user: &User,
     ) -> ApiResult<Response<Body>> {
         let namespaced_path = rest.len() >= 3
             && rest[0] == "namespaces"
@@ -474,7 +509,27 @@ impl Server {
                 respond(StatusCode::OK, api.get(resource, namespace, name)?)
             }
             (&Method::POST, None, None) => {
-                let created = api.create(resource, namespace, parse_body()?, query)?;
+                let mut object = parse_body()?;
+                let csr = (resource.group, resource.plural)
+                    == ("certificates.k8s.io", "certificatesigningrequests");
+                if csr && object.get("spec").is_some_and(Value::is_object) {
+                    // The requester is whoever sent it, not what it claims.
+                    object["spec"]["username"] = user.name.clone().into();
+                    object["spec"]["groups"] = json!(user.groups);
+                }
+                let mut created = api.create(resource, namespace, object, query)?;
+                if csr && self.auto_approve {
+                    let name = created["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned();
+                    let mut approved = created.clone();
+                    approved["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved",
+                        "message": "approved by test-apiserver --auto-approve-csrs", "lastUpdateTime": crate::api::now()}]});
+                    created =
+                        api.update(resource, None, &name, Some("approval"), approved, query)?;
+                    created = self.sign_if_approved(resource, &name, created)?;
+                }
                 if (resource.group, resource.plural) == ("", "pods") {
                     self.schedule_pending();
                 }
@@ -493,8 +548,49 @@ impl Server {
                     &success(json!({"name": name, "kind": "pods"})),
                 ))
             }
+            (&Method::POST, Some(name), Some("token")) => {
+                let request = parse_body()?;
+                let account = api.get(resource, namespace, name)?;
+                let ns = namespace.unwrap_or("");
+                let (token, expires) = self
+                    .signer
+                    .issue(ns, &account, &request)
+                    .map_err(|m| ApiError::invalid("TokenRequest", name, "spec", &m))?;
+                let account_user = User {
+                    name: format!("system:serviceaccount:{ns}:{name}"),
+                    groups: vec![
+                        "system:serviceaccounts".into(),
+                        format!("system:serviceaccounts:{ns}"),
+                        "system:authenticated".into(),
+                    ],
+                };
+                self.tokens
+                    .borrow_mut()
+                    .insert(token.clone(), (account_user, Some(expires)));
+                let mut spec = request.get("spec").cloned().unwrap_or(json!({}));
+                if spec
+                    .get("audiences")
+                    .is_none_or(|a| a.as_array().is_none_or(Vec::is_empty))
+                {
+                    spec["audiences"] = json!(["https://kubernetes.default.svc.cluster.local"]);
+                }
+                if spec.get("expirationSeconds").is_none() {
+                    spec["expirationSeconds"] = 3600.into();
+                }
+                let response = json!({
+                    "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+                    "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
+                    "spec": spec,
+                    "status": {"token": token, "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}
+                });
+                Ok(json_response(StatusCode::CREATED, &response))
+            }
             (&Method::PUT, Some(name), sub) => {
-                let updated = api.update(resource, namespace, name, sub, parse_body()?, query)?;
+                let mut updated =
+                    api.update(resource, namespace, name, sub, parse_body()?, query)?;
+                if sub == Some("approval") {
+                    updated = self.sign_if_approved(resource, name, updated)?;
+                }
                 if resource.plural == "nodes" {
                     self.schedule_pending();
                 }
@@ -663,6 +759,78 @@ impl Server {
             .header("Transfer-Encoding", "chunked")
             .body(BodyExt::boxed_unsync(body))
             .map_err(|e| ApiError::new(500, "InternalError", e.to_string()))
+    }
+
+    /// The signer: an approved request without a certificate gets one from
+    /// the server's CA; a denied one never does.
+    fn sign_if_approved(&self, resource: &Resource, name: &str, csr: Value) -> ApiResult<Value> {
+        let conditions = csr
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let approved = conditions
+            .iter()
+            .any(|c| c["type"] == "Approved" && c["status"] == "True");
+        let denied = conditions
+            .iter()
+            .any(|c| c["type"] == "Denied" && c["status"] == "True");
+        let signed = csr
+            .pointer("/status/certificate")
+            .and_then(Value::as_str)
+            .is_some_and(|c| !c.is_empty());
+        if !approved || denied || signed {
+            return Ok(csr);
+        }
+        use base64::Engine;
+        let engine = base64::engine::general_purpose::STANDARD;
+        let request = csr
+            .pointer("/spec/request")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let pem = engine
+            .decode(request)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "CertificateSigningRequest",
+                    name,
+                    "spec.request",
+                    "not a base64 PEM request",
+                )
+            })?;
+        let usages: Vec<String> = csr
+            .pointer("/spec/usages")
+            .and_then(Value::as_array)
+            .map(|u| {
+                u.iter()
+                    .filter_map(|u| u.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let seconds = csr
+            .pointer("/spec/expirationSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(365 * 24 * 3600);
+        let certificate = self.ca.sign_request(&pem, &usages, seconds).map_err(|e| {
+            ApiError::invalid(
+                "CertificateSigningRequest",
+                name,
+                "spec.request",
+                &e.to_string(),
+            )
+        })?;
+        let mut with_cert = csr;
+        with_cert["status"]["certificate"] = engine.encode(certificate).into();
+        self.api.update(
+            resource,
+            None,
+            name,
+            Some("status"),
+            with_cert,
+            &Query::new(),
+        )
     }
 
     /// Binds a pod to a node (the Binding subresource).

@@ -562,7 +562,8 @@ fn selectors_and_pagination() {
             None => break,
         }
     }
-    assert_eq!(all, ["cm0", "cm1", "cm2", "cm3", "cm4"]);
+    // Every namespace also has the root CA ConfigMap.
+    assert_eq!(all, ["cm0", "cm1", "cm2", "cm3", "cm4", "kube-root-ca.crt"]);
 }
 
 #[test]
@@ -759,4 +760,183 @@ fn faults_injected_by_the_admin_endpoint() {
     );
     s.admin("POST", "/resume");
     assert_eq!(s.call("GET", "/version", None).0, 200);
+}
+
+fn jwt_claims(token: &str) -> Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).unwrap();
+    serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn service_account_tokens() {
+    let s = ApiServer::start();
+    // Controllers' work: every namespace has a default account and the CA.
+    let (code, ca) = s.call(
+        "GET",
+        "/api/v1/namespaces/kube-system/configmaps/kube-root-ca.crt",
+        None,
+    );
+    assert_eq!(code, 200);
+    assert_eq!(
+        ca["data"]["ca.crt"].as_str().unwrap(),
+        std::fs::read_to_string(s.dir.join("ca.crt")).unwrap()
+    );
+    let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": ["api", "vault"], "expirationSeconds": 1200,
+                 "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "web", "uid": "1234"}}});
+    let (code, response) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/default/token",
+        Some(("application/json", &request)),
+    );
+    assert_eq!(code, 201, "{response}");
+    assert_eq!(response["kind"], "TokenRequest");
+    let token = response["status"]["token"].as_str().unwrap();
+    let claims = jwt_claims(token);
+    assert_eq!(claims["aud"], json!(["api", "vault"]));
+    assert_eq!(claims["sub"], "system:serviceaccount:default:default");
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+        1200
+    );
+    assert_eq!(claims["kubernetes.io"]["pod"]["name"], "web");
+    assert!(response["status"]["expirationTimestamp"].is_string());
+    // The token authenticates.
+    assert_eq!(
+        s.call_as(Some(token), "GET", "/api/v1/namespaces/default/pods", None)
+            .0,
+        200
+    );
+    let requests: Value = serde_json::from_str(&s.admin("GET", "/requests")).unwrap();
+    assert!(
+        requests
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["user"] == "system:serviceaccount:default:default")
+    );
+    // Too short, and unknown accounts.
+    let short = json!({"spec": {"expirationSeconds": 60}});
+    assert_eq!(
+        s.call(
+            "POST",
+            "/api/v1/namespaces/default/serviceaccounts/default/token",
+            Some(("application/json", &short))
+        )
+        .0,
+        422
+    );
+    assert_eq!(
+        s.call(
+            "POST",
+            "/api/v1/namespaces/default/serviceaccounts/nobody/token",
+            Some(("application/json", &json!({})))
+        )
+        .0,
+        404
+    );
+}
+
+fn csr_object(s: &ApiServer, name: &str) -> Value {
+    use base64::Engine;
+    let key = s.dir.join(format!("{name}.key"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+        ])
+        .arg(&key)
+        .args(["-subj", "/O=system:nodes/CN=system:node:edge-1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": name},
+        "spec": {"request": base64::engine::general_purpose::STANDARD.encode(&out.stdout),
+                 "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+                 "usages": ["digital signature", "client auth"], "username": "someone-else"}})
+}
+
+fn verify_certificate(s: &ApiServer, csr: &Value) -> String {
+    use base64::Engine;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(
+            csr["status"]["certificate"]
+                .as_str()
+                .expect("a certificate"),
+        )
+        .unwrap();
+    let file = s.dir.join("issued.crt");
+    std::fs::write(&file, &pem).unwrap();
+    let out = Command::new("openssl")
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(s.dir.join("ca.crt"))
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let subject = Command::new("openssl")
+        .args(["x509", "-noout", "-subject", "-in"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&subject.stdout).into_owned()
+}
+
+#[test]
+fn certificate_signing_requests_approved_then_signed() {
+    let s = ApiServer::start();
+    let (code, created) = s.call(
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        Some(("application/json", &csr_object(&s, "node-csr"))),
+    );
+    assert_eq!(code, 201, "{created}");
+    // The requester is the authenticated user, whatever the body says.
+    assert_eq!(created["spec"]["username"], "admin-token");
+    assert!(created["status"].get("certificate").is_none());
+    assert!(s.kubectl_ok(&["get", "csr"], None).contains("Pending"));
+    // What `kubectl certificate approve` sends (kubectl itself encodes it
+    // as protobuf, which this server does not read: see the README).
+    let mut approval = created.clone();
+    approval["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "KubectlApprove", "message": "approved"}]});
+    let (code, approved) = s.call(
+        "PUT",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests/node-csr/approval",
+        Some(("application/json", &approval)),
+    );
+    assert_eq!(code, 200, "{approved}");
+    let subject = verify_certificate(&s, &approved);
+    assert!(subject.contains("system:node:edge-1"), "{subject}");
+    assert!(s.kubectl_ok(&["get", "csr"], None).contains("Approved"));
+
+    // With the switch on, a request is approved and signed at once.
+    let auto = ApiServer::start_with(&["--auto-approve-csrs"]);
+    let (code, created) = auto.call(
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        Some(("application/json", &csr_object(&auto, "auto"))),
+    );
+    assert_eq!(code, 201);
+    verify_certificate(&auto, &created);
 }
