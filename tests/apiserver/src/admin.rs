@@ -15,7 +15,6 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use smol::Async;
 
@@ -25,8 +24,8 @@ fn reply(status: StatusCode, body: String) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("Content-Type", "application/json")
-        .body(Full::new(Bytes::from(body)).boxed_unsync())
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed_unsync()))
+        .body(crate::server::full(body))
+        .unwrap_or_else(|_| Response::new(crate::server::full(Bytes::new())))
 }
 
 fn handle(server: &Server, req: &Request<Incoming>) -> Response<Body> {

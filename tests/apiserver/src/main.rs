@@ -10,6 +10,7 @@ mod defaults;
 mod openapi;
 mod patch;
 mod pki;
+mod proxy;
 mod resources;
 mod selectors;
 mod server;
@@ -102,6 +103,8 @@ fn main() -> anyhow::Result<()> {
         ),
     );
     let signer = tokens::Signer::load_or_create(&dir)?;
+    let kubelet_client = ca.client("kube-apiserver-kubelet-client", &["system:masters"])?;
+    let kubelet_tls = proxy::kubelet_client(&kubelet_client.cert_pem, &kubelet_client.key_pem)?;
     let server = Rc::new(Server {
         api: api::Api::new(history, ca_pem),
         tokens: RefCell::new(tokens),
@@ -113,6 +116,7 @@ fn main() -> anyhow::Result<()> {
         signer,
         auto_approve,
         ca,
+        kubelet_tls,
     });
     let admin = match admin_listen {
         Some(addr) => {

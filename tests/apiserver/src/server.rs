@@ -30,7 +30,15 @@ use crate::status::{ApiError, ApiResult, success};
 use crate::store::{EventType, Watcher};
 use crate::table;
 
-pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub type Body = UnsyncBoxBody<Bytes, BodyError>;
+
+/// A whole body.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
@@ -76,6 +84,8 @@ pub struct Server {
     /// Approve (and sign) every CertificateSigningRequest on creation.
     pub auto_approve: bool,
     pub ca: crate::pki::Ca,
+    /// TLS toward kubelets, with the API server's client certificate.
+    pub kubelet_tls: Arc<rustls::ClientConfig>,
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
@@ -83,8 +93,8 @@ fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("Content-Type", "application/json")
-        .body(Full::new(Bytes::from(body)).boxed_unsync())
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed_unsync()))
+        .body(full(body))
+        .unwrap_or_else(|_| Response::new(full(Bytes::new())))
 }
 
 fn error_response(e: &ApiError) -> Response<Body> {
@@ -98,8 +108,8 @@ fn text_response(status: StatusCode, text: &str) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("Content-Type", "text/plain; charset=utf-8")
-        .body(Full::new(Bytes::from(text.to_owned())).boxed_unsync())
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed_unsync()))
+        .body(full(text.to_owned()))
+        .unwrap_or_else(|_| Response::new(full(Bytes::new())))
 }
 
 pub fn parse_query(raw: Option<&str>) -> Query {
@@ -109,6 +119,26 @@ pub fn parse_query(raw: Option<&str>) -> Query {
         out.insert(decode(k), decode(v));
     }
     out
+}
+
+fn with_query(path: String, params: &[String]) -> String {
+    if params.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", params.join("&"))
+    }
+}
+
+/// Percent-encodes a query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn decode(s: &str) -> String {
@@ -505,6 +535,57 @@ impl Server {
                 }
                 respond(StatusCode::OK, api.list(resource, namespace, query)?)
             }
+            (&Method::GET, Some(name), Some("log")) => {
+                let pod = api.get(resource, namespace, name)?;
+                let containers: Vec<&str> = pod
+                    .pointer("/spec/containers")
+                    .and_then(Value::as_array)
+                    .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+                    .unwrap_or_default();
+                let container = match query.get("container") {
+                    Some(c) => c.clone(),
+                    None if containers.len() == 1 => containers[0].to_owned(),
+                    None => {
+                        return Err(ApiError::bad_request(format!(
+                            "a container name must be specified for pod {name}, choose one of: [{}]",
+                            containers.join(" ")
+                        )));
+                    }
+                };
+                let node_name = pod
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let nodes = Resource::find("", "v1", "nodes").expect("nodes are always served");
+                let node = api.get(nodes, None, node_name)?;
+                let address = crate::proxy::kubelet_address(&node).ok_or_else(|| {
+                    ApiError::bad_request(format!("node {node_name} has no address"))
+                })?;
+                let passthrough: Vec<String> = query
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != "container")
+                    .map(|(k, v)| format!("{k}={}", encode(v)))
+                    .collect();
+                let path = with_query(
+                    format!(
+                        "/containerLogs/{}/{name}/{container}",
+                        namespace.unwrap_or("")
+                    ),
+                    &passthrough,
+                );
+                crate::proxy::forward(self.kubelet_tls.clone(), &address, &path).await
+            }
+            (&Method::GET, Some(name), Some("proxy")) => {
+                let node = api.get(resource, None, name)?;
+                let address = crate::proxy::kubelet_address(&node)
+                    .ok_or_else(|| ApiError::bad_request(format!("node {name} has no address")))?;
+                let raw: Vec<String> = query
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", encode(v)))
+                    .collect();
+                let path = with_query(format!("/{}", rest[3..].join("/")), &raw);
+                crate::proxy::forward(self.kubelet_tls.clone(), &address, &path).await
+            }
             (&Method::GET, Some(name), None | Some("status")) => {
                 respond(StatusCode::OK, api.get(resource, namespace, name)?)
             }
@@ -752,7 +833,7 @@ impl Server {
             stream.or(async { deadline.await; }).await;
         })
         .detach();
-        let body = StreamBody::new(body_rx.map(|b| Ok::<_, Infallible>(Frame::data(b))));
+        let body = StreamBody::new(body_rx.map(|b| Ok::<_, BodyError>(Frame::data(b))));
         Response::builder()
             .status(StatusCode::OK)
             .header("Content-Type", "application/json")

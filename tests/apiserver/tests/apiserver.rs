@@ -940,3 +940,123 @@ fn certificate_signing_requests_approved_then_signed() {
     assert_eq!(code, 201);
     verify_certificate(&auto, &created);
 }
+
+/// A stand-in kubelet: HTTPS that requires a client certificate from the
+/// API server's CA and answers with what it was asked and by whom.
+struct FakeKubelet {
+    child: Child,
+    port: u16,
+}
+
+impl FakeKubelet {
+    fn start(s: &ApiServer) -> FakeKubelet {
+        let (cert, key) = (s.dir.join("kubelet.crt"), s.dir.join("kubelet.key"));
+        let out = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=edge-1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-keyout",
+            ])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let script = r#"
+import http.server, json, ssl, sys
+cert, key, ca = sys.argv[1:4]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        subject = dict(x[0] for x in self.connection.getpeercert()["subject"])
+        body = json.dumps({"path": self.path, "client": subject.get("commonName")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+context.verify_mode = ssl.CERT_REQUIRED
+context.load_verify_locations(ca)
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+        let mut child = Command::new("python3")
+            .args(["-c", script])
+            .arg(&cert)
+            .arg(&key)
+            .arg(s.dir.join("ca.crt"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        FakeKubelet {
+            child,
+            port: line.trim().parse().unwrap(),
+        }
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn logs_and_node_proxy_reach_the_kubelet_with_the_servers_certificate() {
+    let s = ApiServer::start();
+    let kubelet = FakeKubelet::start(&s);
+    let mut node = ready_node("edge-1");
+    node["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": kubelet.port}});
+    s.call("POST", "/api/v1/nodes", Some(("application/json", &node)));
+    assert_eq!(
+        s.call(
+            "PUT",
+            "/api/v1/nodes/edge-1/status",
+            Some(("application/json", &node))
+        )
+        .0,
+        200
+    );
+    s.kubectl_ok(&["apply", "-f", "-"], Some(POD));
+    let logs = s.kubectl_ok(&["logs", "web", "--tail=5", "--timestamps"], None);
+    let answer: Value = serde_json::from_str(logs.trim()).unwrap();
+    assert_eq!(answer["client"], "kube-apiserver-kubelet-client");
+    let path = answer["path"].as_str().unwrap();
+    assert!(path.starts_with("/containerLogs/default/web/c?"), "{path}");
+    assert!(
+        path.contains("tailLines=5") && path.contains("timestamps=true"),
+        "{path}"
+    );
+    let raw = s.kubectl_ok(
+        &["get", "--raw", "/api/v1/nodes/edge-1/proxy/healthz"],
+        None,
+    );
+    let answer: Value = serde_json::from_str(raw.trim()).unwrap();
+    assert_eq!(answer["path"], "/healthz");
+}

@@ -1,0 +1,152 @@
+//! `pods/log` and `nodes/proxy`: forwarded to the kubelet of the pod's node
+//! at its `status.addresses` and `daemonEndpoints.kubeletEndpoint.Port`,
+//! over HTTPS with the API server's own client certificate, as the real
+//! server does. Like the real server without --kubelet-certificate-authority,
+//! the kubelet's serving certificate is not verified.
+
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use futures_rustls::TlsConnector;
+use futures_rustls::rustls::client::danger::{
+    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+};
+use futures_rustls::rustls::{self, ClientConfig, DigitallySignedStruct, SignatureScheme};
+use http::{Request, Response};
+use http_body_util::{BodyExt, Empty};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use serde_json::Value;
+use smol::Async;
+
+use crate::status::{ApiError, ApiResult};
+
+#[derive(Debug)]
+struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The TLS client the API server uses toward kubelets.
+pub fn kubelet_client(cert_pem: &str, key_pem: &str) -> anyhow::Result<Arc<ClientConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<_, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
+    let mut config = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+        .with_client_auth_cert(certs, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// `host:port` of a node's kubelet, from its status.
+pub fn kubelet_address(node: &Value) -> Option<String> {
+    let addresses = node
+        .pointer("/status/addresses")
+        .and_then(Value::as_array)?;
+    let address = ["InternalIP", "ExternalIP", "Hostname"]
+        .iter()
+        .find_map(|kind| addresses.iter().find(|a| a["type"] == *kind))
+        .and_then(|a| a["address"].as_str())?;
+    let port = node
+        .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
+        .and_then(Value::as_u64)
+        .unwrap_or(10250);
+    Some(if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    })
+}
+
+fn unavailable(message: String) -> ApiError {
+    ApiError::new(502, "InternalError", message)
+}
+
+/// GETs `path_and_query` from the kubelet and streams its answer back.
+pub async fn forward(
+    tls: Arc<ClientConfig>,
+    address: &str,
+    path_and_query: &str,
+) -> ApiResult<Response<crate::server::Body>> {
+    let addrs = smol::net::resolve(address)
+        .await
+        .map_err(|e| unavailable(format!("{address}: {e}")))?;
+    let addr = addrs
+        .first()
+        .ok_or_else(|| unavailable(format!("{address}: no address")))?;
+    let tcp = Async::<TcpStream>::connect(*addr)
+        .await
+        .map_err(|e| unavailable(format!("error dialing backend: dial tcp {address}: {e}")))?;
+    let name = ServerName::IpAddress(addr.ip().into());
+    let stream = TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| unavailable(format!("error dialing backend: tls: {e}")))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(nanolet::http::io::HyperIo(stream))
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+    nanolet::rt::spawn(async move {
+        let _ = connection.await;
+    })
+    .detach();
+    let request = Request::get(path_and_query)
+        .header(http::header::HOST, address)
+        .body(Empty::<bytes::Bytes>::new())
+        .map_err(|e| unavailable(e.to_string()))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| unavailable(e.to_string()))?;
+    let (parts, body) = response.into_parts();
+    let body = body
+        .map_err(|e| -> crate::server::BodyError { Box::new(e) })
+        .boxed_unsync();
+    Ok(Response::from_parts(parts, body))
+}
