@@ -1060,3 +1060,162 @@ fn logs_and_node_proxy_reach_the_kubelet_with_the_servers_certificate() {
     let answer: Value = serde_json::from_str(raw.trim()).unwrap();
     assert_eq!(answer["path"], "/healthz");
 }
+
+#[test]
+fn kubectl_watch_events_leases_and_describe() {
+    let s = ApiServer::start();
+    // kubectl get -w: a Table watch; it prints the pod and then its change.
+    let mut watch = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(s.kubeconfig())
+        .args(["get", "pods", "-w", "--request-timeout=8s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    s.kubectl_ok(&["apply", "-f", "-"], Some(POD));
+    let status = json!({"status": {"phase": "Running", "containerStatuses": [{"name": "c", "image": "busybox:1.36", "imageID": "", "ready": true, "restartCount": 2, "started": true, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}});
+    assert_eq!(
+        s.call(
+            "PATCH",
+            "/api/v1/namespaces/default/pods/web/status",
+            Some(("application/merge-patch+json", &status))
+        )
+        .0,
+        200
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let _ = watch.kill();
+    let out = watch.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Pending"), "{text}");
+    assert!(
+        text.lines().any(|l| l
+            .split_whitespace()
+            .take(4)
+            .eq(["web", "1/1", "Running", "2"])),
+        "{text}"
+    );
+    // Events of both APIs, and describe showing the pod's events.
+    let (_, pod) = s.call("GET", "/api/v1/namespaces/default/pods/web", None);
+    let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "web.1", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "namespace": "default", "name": "web", "uid": pod["metadata"]["uid"], "apiVersion": "v1"},
+        "reason": "Pulled", "message": "Container image already present", "type": "Normal", "source": {"component": "kubelet", "host": "edge-1"},
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z", "count": 1});
+    assert_eq!(
+        s.call(
+            "POST",
+            "/api/v1/namespaces/default/events",
+            Some(("application/json", &event))
+        )
+        .0,
+        201
+    );
+    let new_event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "web.2", "namespace": "default"},
+        "eventTime": "2026-01-01T00:00:01.000000Z", "reportingController": "nanolet", "reportingInstance": "edge-1",
+        "action": "Started", "reason": "Started", "regarding": {"kind": "Pod", "namespace": "default", "name": "web"}, "note": "Started container c", "type": "Normal"});
+    let (code, body) = s.call(
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        Some(("application/json", &new_event)),
+    );
+    assert_eq!(code, 201, "{body}");
+    let described = s.kubectl_ok(&["describe", "pod", "web"], None);
+    assert!(
+        described.contains("Container image already present"),
+        "{described}"
+    );
+    assert!(s.kubectl_ok(&["get", "events"], None).contains("pod/web"));
+    // A node Lease, as kubelets renew it.
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "edge-1", "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": "edge-1", "leaseDurationSeconds": 40, "renewTime": "2026-01-01T00:00:00.000000Z"}});
+    assert_eq!(
+        s.call(
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+            Some(("application/json", &lease))
+        )
+        .0,
+        201
+    );
+    let renew = json!({"spec": {"renewTime": "2026-01-01T00:00:10.000000Z"}});
+    let (code, renewed) = s.call(
+        "PATCH",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1",
+        Some(("application/strategic-merge-patch+json", &renew)),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(renewed["spec"]["holderIdentity"], "edge-1");
+    assert!(
+        s.kubectl_ok(&["get", "leases", "-n", "kube-node-lease"], None)
+            .contains("edge-1")
+    );
+}
+
+/// Same keys, same fixed values; strings that vary per cluster (names,
+/// versions, tokens, messages naming them) only need the same type.
+fn same_shape(ours: &Value, theirs: &Value, path: &str, varying: &[&str]) {
+    match (ours, theirs) {
+        (Value::Object(a), Value::Object(b)) => {
+            let (mut ka, mut kb): (Vec<_>, Vec<_>) = (a.keys().collect(), b.keys().collect());
+            ka.sort();
+            kb.sort();
+            assert_eq!(ka, kb, "keys at {path}");
+            for (k, v) in b {
+                same_shape(&a[k], v, &format!("{path}.{k}"), varying);
+            }
+        }
+        (Value::Array(_), Value::Array(_)) => {}
+        (Value::String(_), Value::String(_)) if varying.iter().any(|v| path.ends_with(v)) => {}
+        (a, b) => assert_eq!(a, b, "value at {path}"),
+    }
+}
+
+fn fixture(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn responses_match_the_documented_ones() {
+    let s = ApiServer::start();
+    let (code, body) = s.call("GET", "/api/v1/namespaces/default/pods/grafana", None);
+    assert_eq!(code, 404);
+    same_shape(&body, &fixture("not-found.json"), "", &[]);
+    for i in 0..2 {
+        s.call(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some(("application/json", &configmap(&format!("p{i}"), json!({})))),
+        );
+    }
+    // Two config maps and the root CA one: a page of 2 leaves 1.
+    let (_, mut page) = s.call("GET", "/api/v1/namespaces/default/configmaps?limit=2", None);
+    page["kind"] = "PodList".into();
+    page["items"] = json!([]);
+    same_shape(
+        &page,
+        &fixture("list-chunk.json"),
+        "",
+        &["resourceVersion", "continue"],
+    );
+    let events = s
+        .watch("/api/v1/namespaces/default/pods?watch=1&allowWatchBookmarks=true&timeoutSeconds=2");
+    let bookmark = events
+        .iter()
+        .find(|e| e["type"] == "BOOKMARK")
+        .expect("a bookmark");
+    same_shape(
+        bookmark,
+        &fixture("watch-bookmark.json"),
+        "",
+        &["resourceVersion"],
+    );
+    s.admin("POST", "/compact");
+    let events =
+        s.watch("/api/v1/namespaces/default/pods?watch=1&resourceVersion=2&timeoutSeconds=2");
+    same_shape(&events[0], &fixture("watch-expired.json"), "", &["message"]);
+}
