@@ -1025,7 +1025,14 @@ impl Server {
                         .and_then(Value::as_str)
                         .map(str::to_owned)
                 })
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                // A node that never had a Lease gets the grace period from
+                // its registration, as the real controller gives new nodes.
+                .or_else(|| {
+                    node.pointer("/metadata/creationTimestamp")
+                        .and_then(Value::as_str)
+                        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                });
             let fresh =
                 renewed.is_some_and(|t| now.duration_since(t).unsigned_abs() <= self.node_grace);
             if fresh {

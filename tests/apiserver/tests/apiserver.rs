@@ -170,6 +170,15 @@ impl Drop for ApiServer {
     }
 }
 
+/// Now in RFC 3339 (MicroTime), from the system clock via `date`.
+fn jiff_like_now() -> String {
+    let out = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%S.000000Z"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 fn rv(o: &Value) -> u64 {
     o["metadata"]["resourceVersion"]
         .as_str()
@@ -710,6 +719,16 @@ fn graceful_pod_deletion_scheduling_and_node_lifecycle() {
         "PUT",
         "/api/v1/nodes/edge-2/status",
         Some(("application/json", &ready_node("edge-2"))),
+    );
+    // Its Lease is fresh, so it stays Ready while the pod is scheduled.
+    let now = jiff_like_now();
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "edge-2", "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": "edge-2", "leaseDurationSeconds": 40, "renewTime": now}});
+    s.call(
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+        Some(("application/json", &lease)),
     );
     s.kubectl_ok(
         &["apply", "-f", "-"],
