@@ -385,15 +385,7 @@ impl Api {
         if let Some(uid) = meta_str(&object, "uid")
             && Some(uid) != meta_str(&current, "uid")
         {
-            return Err(ApiError::precondition(
-                resource.group,
-                resource.plural,
-                name,
-                format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&current, "uid").unwrap_or("")
-                ),
-            ));
+            return Err(uid_precondition(resource, name, uid, &current));
         }
         if object.get("apiVersion").is_none() {
             object["apiVersion"] = resource.api_version().into();
@@ -429,15 +421,7 @@ impl Api {
                 && Some(wanted) != meta_str(&current, field)
             {
                 return Err(if field == "uid" {
-                    ApiError::precondition(
-                        resource.group,
-                        resource.plural,
-                        name,
-                        format!(
-                            "Precondition failed: UID in precondition: {wanted}, UID in object meta: {}",
-                            meta_str(&current, "uid").unwrap_or("")
-                        ),
-                    )
+                    uid_precondition(resource, name, wanted, &current)
                 } else {
                     ApiError::conflict(resource.group, resource.plural, name)
                 });
@@ -526,15 +510,7 @@ impl Api {
             .and_then(Value::as_str)
             && Some(uid) != meta_str(&current, "uid")
         {
-            return Err(ApiError::precondition(
-                resource.group,
-                resource.plural,
-                name,
-                format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&current, "uid").unwrap_or("")
-                ),
-            ));
+            return Err(uid_precondition(resource, name, uid, &current));
         }
         if let Some(rv) = options
             .pointer("/preconditions/resourceVersion")
@@ -663,6 +639,19 @@ impl Api {
             "items": deleted,
         }))
     }
+}
+
+/// The 409 of a uid precondition that does not hold.
+fn uid_precondition(resource: &Resource, name: &str, wanted: &str, current: &Value) -> ApiError {
+    ApiError::precondition(
+        resource.group,
+        resource.plural,
+        name,
+        format!(
+            "Precondition failed: UID in precondition: {wanted}, UID in object meta: {}",
+            meta_str(current, "uid").unwrap_or("")
+        ),
+    )
 }
 
 /// A bound pod's deletion waits for the kubelet (grace period > 0).

@@ -13,6 +13,15 @@ pub struct ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// `pods`, or `leases.coordination.k8s.io`, as messages name resources.
+fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_owned()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
@@ -34,21 +43,13 @@ impl ApiError {
 
     /// `pods "x" not found`.
     pub fn not_found(group: &str, plural: &str, name: &str) -> ApiError {
-        let what = if group.is_empty() {
-            plural.to_owned()
-        } else {
-            format!("{plural}.{group}")
-        };
+        let what = qualified(group, plural);
         ApiError::new(404, "NotFound", format!("{what} \"{name}\" not found"))
             .with_details(group, plural, name)
     }
 
     pub fn already_exists(group: &str, plural: &str, name: &str) -> ApiError {
-        let what = if group.is_empty() {
-            plural.to_owned()
-        } else {
-            format!("{plural}.{group}")
-        };
+        let what = qualified(group, plural);
         ApiError::new(
             409,
             "AlreadyExists",
@@ -60,11 +61,7 @@ impl ApiError {
     /// The optimistic-concurrency failure of an update with a stale
     /// resourceVersion.
     pub fn conflict(group: &str, plural: &str, name: &str) -> ApiError {
-        let what = if group.is_empty() {
-            plural.to_owned()
-        } else {
-            format!("{plural}.{group}")
-        };
+        let what = qualified(group, plural);
         ApiError::new(
             409,
             "Conflict",
@@ -76,11 +73,7 @@ impl ApiError {
     }
 
     pub fn precondition(group: &str, plural: &str, name: &str, message: String) -> ApiError {
-        let what = if group.is_empty() {
-            plural.to_owned()
-        } else {
-            format!("{plural}.{group}")
-        };
+        let what = qualified(group, plural);
         ApiError::new(
             409,
             "Conflict",
