@@ -179,6 +179,30 @@ pub fn random_hex() -> String {
     hex(&buf)
 }
 
+/// 16 bytes in the UUID text form (8-4-4-4-12 hex digits), as Kubernetes
+/// writes UIDs.
+pub fn uuid(bytes: &[u8; 16]) -> String {
+    let h = hex(bytes);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// A random UUID-formatted UID.
+pub fn random_uuid() -> String {
+    let mut bytes = [0u8; 16];
+    let text = random_hex();
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).unwrap_or(0);
+    }
+    uuid(&bytes)
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes

@@ -372,6 +372,18 @@ impl Client {
     }
 }
 
+/// Percent-encodes a query component (RFC 3986 unreserved characters stay).
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// Resolves a Location header against the URL it came from.
 fn resolve(base: &Uri, location: &str) -> Option<Uri> {
     if location.starts_with("http://") || location.starts_with("https://") {

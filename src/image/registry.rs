@@ -212,13 +212,13 @@ impl Registry {
         let realm = params.get("realm").ok_or_else(unauthorized)?;
         let mut query = Vec::new();
         if let Some(service) = params.get("service") {
-            query.push(format!("service={}", percent_encode(service)));
+            query.push(format!("service={}", crate::http::percent_encode(service)));
         }
         let scope = params
             .get("scope")
             .cloned()
             .unwrap_or_else(|| format!("repository:{repository}:pull"));
-        query.push(format!("scope={}", percent_encode(&scope)));
+        query.push(format!("scope={}", crate::http::percent_encode(&scope)));
         let sep = if realm.contains('?') { '&' } else { '?' };
         let token_url_text = format!("{realm}{sep}{}", query.join("&"));
         let token_url: Uri = token_url_text.parse().map_err(|_| RegistryError::Token {
@@ -295,17 +295,6 @@ fn parse_challenge(challenge: &str) -> Option<HashMap<String, String>> {
     Some(out)
 }
 
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The first message of a Distribution error body.
 fn error_detail(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
@@ -327,7 +316,7 @@ mod tests {
         assert_eq!(p["scope"], "repository:library/busybox:pull");
         assert!(parse_challenge(r#"Basic realm="x""#).is_none());
         assert_eq!(
-            percent_encode("repository:a/b:pull"),
+            crate::http::percent_encode("repository:a/b:pull"),
             "repository%3Aa%2Fb%3Apull"
         );
     }

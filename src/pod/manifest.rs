@@ -78,15 +78,10 @@ pub fn static_pod_uid(source: &str, document: &Value) -> String {
     hasher.update(source.as_bytes());
     hasher.update([0]);
     hasher.update(document.to_string().as_bytes());
-    let h = crate::state::hex(&hasher.finalize()[..16]);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    let digest = hasher.finalize();
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    crate::state::uuid(&first)
 }
 
 /// The one pod of a test manifest.

@@ -48,15 +48,7 @@ fn random_suffix(n: usize) -> String {
 }
 
 pub fn new_uid() -> String {
-    let h = nanolet::state::random_hex();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    nanolet::state::random_uuid()
 }
 
 fn name_of(o: &Value) -> &str {

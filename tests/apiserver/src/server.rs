@@ -129,18 +129,6 @@ fn with_query(path: String, params: &[String]) -> String {
     }
 }
 
-/// Percent-encodes a query value.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 fn decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -564,7 +552,7 @@ impl Server {
                 let passthrough: Vec<String> = query
                     .iter()
                     .filter(|(k, _)| k.as_str() != "container")
-                    .map(|(k, v)| format!("{k}={}", encode(v)))
+                    .map(|(k, v)| format!("{k}={}", nanolet::http::percent_encode(v)))
                     .collect();
                 let path = with_query(
                     format!(
@@ -581,7 +569,7 @@ impl Server {
                     .ok_or_else(|| ApiError::bad_request(format!("node {name} has no address")))?;
                 let raw: Vec<String> = query
                     .iter()
-                    .map(|(k, v)| format!("{k}={}", encode(v)))
+                    .map(|(k, v)| format!("{k}={}", nanolet::http::percent_encode(v)))
                     .collect();
                 let path = with_query(format!("/{}", rest[3..].join("/")), &raw);
                 crate::proxy::forward(self.kubelet_tls.clone(), &address, &path).await
