@@ -1,7 +1,6 @@
 //! The one event loop: a thread-local executor every part of the agent spawns
 //! its tasks on, and a lag probe for it.
 
-use std::cell::Cell;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -9,7 +8,6 @@ use smol::{LocalExecutor, Task};
 
 thread_local! {
     static EXECUTOR: LocalExecutor<'static> = const { LocalExecutor::new() };
-    static MAX_LAG: Cell<Duration> = const { Cell::new(Duration::ZERO) };
 }
 
 /// Spawns a task on this thread's loop.
@@ -23,21 +21,15 @@ pub fn block_on<T>(future: impl Future<Output = T>) -> T {
 }
 
 /// Samples how late a timer fires: the loop's lag. Cheap enough to run every
-/// few seconds; the worst value since the last read is kept.
+/// few seconds; a lag worth a user's attention is logged (exporting it as a
+/// metric comes with the kubelet API).
 pub async fn measure_lag(period: Duration) {
     loop {
         let asked = Instant::now();
         smol::Timer::after(period).await;
         let lag = asked.elapsed().saturating_sub(period);
-        MAX_LAG.with(|m| m.set(m.get().max(lag)));
         if lag > Duration::from_millis(50) {
             log::warn!("event loop lagged {lag:?}");
         }
     }
-}
-
-/// The worst lag seen since the previous call.
-#[allow(dead_code)]
-pub fn take_max_lag() -> Duration {
-    MAX_LAG.with(|m| m.replace(Duration::ZERO))
 }

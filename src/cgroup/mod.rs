@@ -73,20 +73,6 @@ impl Hierarchy {
         }
         Ok(())
     }
-
-    /// Removes the whole `kubepods` tree under the root if it is empty: for
-    /// tests, which must leave no cgroup behind.
-    #[allow(dead_code)]
-    pub fn remove_all(&self) -> Result<(), CgroupError> {
-        let path = format!("{}/kubepods", self.root);
-        for mount in cgroup_mounts() {
-            remove_tree(&mount.join(path.trim_start_matches('/')))?;
-            if !self.root.is_empty() {
-                remove_tree(&mount.join(self.root.trim_start_matches('/')))?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Mount points of cgroup hierarchies (v1 controllers and cgroup2).

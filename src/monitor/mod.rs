@@ -277,7 +277,6 @@ impl Monitor {
             },
         };
         match request {
-            Request::Ping => reply(Ok(None)),
             Request::Shutdown => {
                 self.shutting_down = true;
                 reply(Ok(None))

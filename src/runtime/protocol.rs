@@ -17,8 +17,6 @@ pub enum Request {
         bundle: PathBuf,
         log_path: PathBuf,
     },
-    /// Is the monitor alive? Answered with an empty reply.
-    Ping,
     /// Exit once no container of the pod runs.
     Shutdown,
 }
