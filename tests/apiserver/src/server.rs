@@ -46,6 +46,17 @@ pub struct User {
     pub groups: Vec<String>,
 }
 
+/// What a handler needs of a request besides its path.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    method: &'a Method,
+    query: &'a Query,
+    accept: &'a str,
+    content_type: &'a str,
+    body: &'a [u8],
+    user: &'a User,
+}
+
 /// One request, as the tests count API traffic.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RequestRecord {
@@ -318,18 +329,15 @@ impl Server {
                 name: "system:anonymous".into(),
                 groups: vec!["system:unauthenticated".into()],
             });
-            let response = match self
-                .route(
-                    &method,
-                    &path,
-                    &query,
-                    &accept,
-                    &content_type,
-                    &body,
-                    &requester,
-                )
-                .await
-            {
+            let call = Call {
+                method: &method,
+                query: &query,
+                accept: &accept,
+                content_type: &content_type,
+                body: &body,
+                user: &requester,
+            };
+            let response = match self.route(&path, &call).await {
                 Ok(r) => r,
                 Err(e) => error_response(&e),
             };
@@ -365,17 +373,7 @@ impl Server {
         response
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn route(
-        self: &Rc<Self>,
-        method: &Method,
-        path: &str,
-        query: &Query,
-        accept: &str,
-        content_type: &str,
-        body: &[u8],
-        user: &User,
-    ) -> ApiResult<Response<Body>> {
+    async fn route(self: &Rc<Self>, path: &str, call: &Call<'_>) -> ApiResult<Response<Body>> {
         let segs = segments(path);
         let ok = |v: Value| Ok(json_response(StatusCode::OK, &v));
         match segs.as_slice() {
@@ -423,41 +421,27 @@ impl Server {
             ["openapi", "v3", rest @ ..] => crate::openapi::document(&rest.join("/"))
                 .map(|d| json_response(StatusCode::OK, &d))
                 .ok_or_else(not_found_path),
-            ["api", "v1", rest @ ..] => {
-                self.resource(
-                    method,
-                    "",
-                    "v1",
-                    rest,
-                    query,
-                    accept,
-                    content_type,
-                    body,
-                    user,
-                )
-                .await
-            }
-            ["apis", g, v, rest @ ..] => {
-                self.resource(method, g, v, rest, query, accept, content_type, body, user)
-                    .await
-            }
+            ["api", "v1", rest @ ..] => self.resource("", "v1", rest, call).await,
+            ["apis", g, v, rest @ ..] => self.resource(g, v, rest, call).await,
             _ => Err(not_found_path()),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn resource(
         self: &Rc<Self>,
-        method: &Method,
         group: &str,
         version: &str,
         rest: &[&str],
-        query: &Query,
-        accept: &str,
-        content_type: &str,
-        body: &[u8],
-        user: &User,
+        call: &Call<'_>,
     ) -> ApiResult<Response<Body>> {
+        let Call {
+            method,
+            query,
+            accept,
+            content_type,
+            body,
+            user,
+        } = *call;
         let namespaced_path = rest.len() >= 3
             && rest[0] == "namespaces"
             && Resource::find(group, version, rest[2]).is_some_and(|r| r.namespaced);
@@ -544,35 +528,16 @@ impl Server {
                     .pointer("/spec/nodeName")
                     .and_then(Value::as_str)
                     .unwrap_or("");
-                let nodes = Resource::find("", "v1", "nodes").expect("nodes are always served");
-                let node = api.get(nodes, None, node_name)?;
-                let address = crate::proxy::kubelet_address(&node).ok_or_else(|| {
-                    ApiError::bad_request(format!("node {node_name} has no address"))
-                })?;
-                let passthrough: Vec<String> = query
-                    .iter()
-                    .filter(|(k, _)| k.as_str() != "container")
-                    .map(|(k, v)| format!("{k}={}", nanolet::http::percent_encode(v)))
-                    .collect();
-                let path = with_query(
-                    format!(
-                        "/containerLogs/{}/{name}/{container}",
-                        namespace.unwrap_or("")
-                    ),
-                    &passthrough,
+                let path = format!(
+                    "/containerLogs/{}/{name}/{container}",
+                    namespace.unwrap_or("")
                 );
-                crate::proxy::forward(self.kubelet_tls.clone(), &address, &path).await
+                self.to_kubelet(node_name, path, query, &["container"])
+                    .await
             }
             (&Method::GET, Some(name), Some("proxy")) => {
-                let node = api.get(resource, None, name)?;
-                let address = crate::proxy::kubelet_address(&node)
-                    .ok_or_else(|| ApiError::bad_request(format!("node {name} has no address")))?;
-                let raw: Vec<String> = query
-                    .iter()
-                    .map(|(k, v)| format!("{k}={}", nanolet::http::percent_encode(v)))
-                    .collect();
-                let path = with_query(format!("/{}", rest[3..].join("/")), &raw);
-                crate::proxy::forward(self.kubelet_tls.clone(), &address, &path).await
+                self.to_kubelet(name, format!("/{}", rest[3..].join("/")), query, &[])
+                    .await
             }
             (&Method::GET, Some(name), None | Some("status")) => {
                 respond(StatusCode::OK, api.get(resource, namespace, name)?)
@@ -828,6 +793,32 @@ impl Server {
             .header("Transfer-Encoding", "chunked")
             .body(BodyExt::boxed_unsync(body))
             .map_err(|e| ApiError::new(500, "InternalError", e.to_string()))
+    }
+
+    /// Forwards a GET to a node's kubelet, passing on the query but for
+    /// the parameters the API server itself consumed.
+    async fn to_kubelet(
+        &self,
+        node_name: &str,
+        path: String,
+        query: &Query,
+        consumed: &[&str],
+    ) -> ApiResult<Response<Body>> {
+        let nodes = Resource::find("", "v1", "nodes").expect("nodes are always served");
+        let node = self.api.get(nodes, None, node_name)?;
+        let address = crate::proxy::kubelet_address(&node)
+            .ok_or_else(|| ApiError::bad_request(format!("node {node_name} has no address")))?;
+        let params: Vec<String> = query
+            .iter()
+            .filter(|(k, _)| !consumed.contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={}", nanolet::http::percent_encode(v)))
+            .collect();
+        crate::proxy::forward(
+            self.kubelet_tls.clone(),
+            &address,
+            &with_query(path, &params),
+        )
+        .await
     }
 
     /// The signer: an approved request without a certificate gets one from
