@@ -39,6 +39,35 @@ struct KubeletConfigurationDoc {
     cgroup_root: Option<String>,
     file_check_frequency: Option<String>,
     max_pods: Option<u32>,
+    register_node: Option<bool>,
+    #[serde(default)]
+    register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    #[serde(default)]
+    kube_reserved: BTreeMap<String, String>,
+    #[serde(default)]
+    system_reserved: BTreeMap<String, String>,
+    eviction_hard: Option<BTreeMap<String, String>>,
+    node_status_update_frequency: Option<String>,
+    node_status_report_frequency: Option<String>,
+    node_lease_duration_seconds: Option<i32>,
+    port: Option<u16>,
+    address: Option<std::net::IpAddr>,
+    tls_cert_file: Option<PathBuf>,
+    tls_private_key_file: Option<PathBuf>,
+    authentication: Option<AuthenticationDoc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AuthenticationDoc {
+    x509: Option<X509Doc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct X509Doc {
+    #[serde(rename = "clientCAFile")]
+    client_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -55,6 +84,8 @@ struct NanoletConfigurationDoc {
     #[serde(default)]
     registry_mirrors: BTreeMap<String, Vec<String>>,
     ca_file: Option<PathBuf>,
+    #[serde(default)]
+    node_labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -105,6 +136,28 @@ pub struct Config {
     /// Registry host → mirrors tried before it, in order.
     pub registry_mirrors: BTreeMap<String, Vec<String>>,
     pub ca_file: PathBuf,
+    /// Cluster mode: the API server to join (standalone without it).
+    pub kubeconfig: Option<PathBuf>,
+    pub node_name: String,
+    /// The InternalIP reported; detected from the default route if unset.
+    pub node_ip: Option<std::net::IpAddr>,
+    pub node_labels: BTreeMap<String, String>,
+    pub register_node: bool,
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// Resource name → bytes or millicores held back from allocatable.
+    pub kube_reserved: BTreeMap<String, i64>,
+    pub system_reserved: BTreeMap<String, i64>,
+    /// Hard eviction thresholds as given (`memory.available` → `100Mi`).
+    pub eviction_hard: BTreeMap<String, String>,
+    pub node_status_update_frequency: Duration,
+    pub node_status_report_frequency: Duration,
+    pub node_lease_duration: Duration,
+    /// The kubelet API's address and port.
+    pub address: std::net::IpAddr,
+    pub port: u16,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub client_ca_file: Option<PathBuf>,
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nanolet";
@@ -125,8 +178,71 @@ impl Default for Config {
             insecure_registries: Vec::new(),
             registry_mirrors: BTreeMap::new(),
             ca_file: PathBuf::from("/etc/ssl/certs/ca-certificates.crt"),
+            kubeconfig: None,
+            node_name: default_node_name(),
+            node_ip: None,
+            node_labels: BTreeMap::new(),
+            register_node: true,
+            register_with_taints: Vec::new(),
+            kube_reserved: BTreeMap::new(),
+            system_reserved: BTreeMap::new(),
+            eviction_hard: BTreeMap::from([("memory.available".to_owned(), "100Mi".to_owned())]),
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(300),
+            node_lease_duration: Duration::from_secs(40),
+            address: std::net::IpAddr::from([0, 0, 0, 0]),
+            port: 10250,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
         }
     }
+}
+
+/// The node is named after the host, lowercased, as upstream does.
+fn default_node_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+        .to_lowercase()
+}
+
+/// Parses reservations (`cpu: 100m`, `memory: 128Mi`) to millicores for
+/// cpu and plain units for the rest.
+fn reservations(
+    map: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<BTreeMap<String, i64>, String> {
+    map.iter()
+        .map(|(name, value)| {
+            let parsed = if name == "cpu" {
+                quantity::parse_milli(value).map(|m| m.min(u64::MAX as u128) as u64)
+            } else {
+                quantity::parse_bytes(value)
+            };
+            parsed
+                .map_err(|e| format!("{field}.{name}: {e}"))
+                .and_then(|v| i64::try_from(v).map_err(|_| format!("{field}.{name}: too large")))
+                .map(|v| (name.clone(), v))
+        })
+        .collect()
+}
+
+/// `k=v,k2=v2` as `--node-labels` takes them.
+fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    value
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .filter(|(k, _)| !k.is_empty())
+                .ok_or_else(|| {
+                    ConfigError::Flag(format!("--node-labels: {pair:?} is not key=value"))
+                })
+        })
+        .collect()
 }
 
 impl Config {
@@ -201,6 +317,53 @@ impl Config {
         if let Some(max) = kubelet.max_pods {
             config.max_pods = max;
         }
+        if let Some(register) = kubelet.register_node {
+            config.register_node = register;
+        }
+        config.register_with_taints = kubelet.register_with_taints;
+        config.kube_reserved =
+            reservations(&kubelet.kube_reserved, "kubeReserved").map_err(invalid)?;
+        config.system_reserved =
+            reservations(&kubelet.system_reserved, "systemReserved").map_err(invalid)?;
+        if let Some(hard) = kubelet.eviction_hard {
+            config.eviction_hard = hard;
+        }
+        for (field, value, target) in [
+            (
+                "nodeStatusUpdateFrequency",
+                kubelet.node_status_update_frequency,
+                &mut config.node_status_update_frequency,
+            ),
+            (
+                "nodeStatusReportFrequency",
+                kubelet.node_status_report_frequency,
+                &mut config.node_status_report_frequency,
+            ),
+        ] {
+            if let Some(v) = value {
+                *target =
+                    quantity::parse_duration(&v).map_err(|e| invalid(format!("{field}: {e}")))?;
+            }
+        }
+        if let Some(seconds) = kubelet.node_lease_duration_seconds {
+            if seconds <= 0 {
+                return Err(invalid("nodeLeaseDurationSeconds: must be positive".into()));
+            }
+            config.node_lease_duration = Duration::from_secs(seconds as u64);
+        }
+        if let Some(port) = kubelet.port {
+            config.port = port;
+        }
+        if let Some(address) = kubelet.address {
+            config.address = address;
+        }
+        config.tls_cert_file = kubelet.tls_cert_file;
+        config.tls_private_key_file = kubelet.tls_private_key_file;
+        config.client_ca_file = kubelet
+            .authentication
+            .and_then(|a| a.x509)
+            .and_then(|x| x.client_ca_file);
+        config.node_labels = nanolet.node_labels;
         if let Some(dir) = nanolet.state_dir {
             config.state_dir = dir;
         }
@@ -238,6 +401,27 @@ impl Config {
                 self.runtime_path = PathBuf::from(self.runtime.name());
             }
             "runtime-path" => self.runtime_path = value.into(),
+            "kubeconfig" => self.kubeconfig = Some(value.into()),
+            "hostname-override" => self.node_name = value.to_lowercase(),
+            "node-ip" => {
+                self.node_ip = Some(value.parse().map_err(|_| {
+                    ConfigError::Flag(format!("--node-ip: {value:?} is not an IP address"))
+                })?)
+            }
+            "node-labels" => self.node_labels.extend(parse_labels(value)?),
+            "port" => {
+                self.port = value
+                    .parse()
+                    .map_err(|_| ConfigError::Flag(format!("--port: {value:?} is not a port")))?
+            }
+            "address" => {
+                self.address = value.parse().map_err(|_| {
+                    ConfigError::Flag(format!("--address: {value:?} is not an IP address"))
+                })?
+            }
+            "client-ca-file" => self.client_ca_file = Some(value.into()),
+            "tls-cert-file" => self.tls_cert_file = Some(value.into()),
+            "tls-private-key-file" => self.tls_private_key_file = Some(value.into()),
             "insecure-registry" => self.insecure_registries.push(value.into()),
             "container-log-max-size" => {
                 self.container_log_max_size = quantity::parse_bytes(value)

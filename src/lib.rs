@@ -7,6 +7,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod image;
+pub mod kube;
 pub mod monitor;
 pub mod mount;
 pub mod pod;

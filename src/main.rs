@@ -26,6 +26,13 @@ Flags of `run` (override the config file):
   --insecure-registry HOST   registry reachable over plain HTTP (repeatable)
   --container-log-max-size Q  e.g. 10Mi
   --container-log-max-files N
+  --kubeconfig FILE          join the cluster of this kubeconfig (else standalone)
+  --hostname-override NAME   the node's name (default: the hostname)
+  --node-ip IP               the node's InternalIP (default: the default route's)
+  --node-labels K=V,...      labels set at registration
+  --address IP --port N      the kubelet API's address (0.0.0.0) and port (10250)
+  --client-ca-file FILE      CA of client certificates the kubelet API accepts
+  --tls-cert-file FILE --tls-private-key-file FILE   its serving certificate
   -v, --verbose              debug logging (or RUST_LOG)
 ";
 

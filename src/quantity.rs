@@ -67,6 +67,34 @@ pub fn parse_bytes(text: &str) -> Result<u64, QuantityError> {
     u64::try_from(parse_milli(text)?.div_ceil(1000)).map_err(|_| QuantityError(text.to_owned()))
 }
 
+/// Bytes as Kubernetes writes a binary quantity canonically: the largest
+/// suffix that divides it exactly ("8029544Ki", "100Mi", "1000").
+pub fn format_bytes(bytes: u64) -> String {
+    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if bytes == 0 {
+        return "0".into();
+    }
+    let mut value = bytes;
+    let mut suffix = "";
+    for s in SUFFIXES {
+        if !value.is_multiple_of(1024) {
+            break;
+        }
+        value /= 1024;
+        suffix = s;
+    }
+    format!("{value}{suffix}")
+}
+
+/// Millicores as a CPU quantity: whole cores without a suffix.
+pub fn format_millicpu(milli: u64) -> String {
+    if milli.is_multiple_of(1000) {
+        (milli / 1000).to_string()
+    } else {
+        format!("{milli}m")
+    }
+}
+
 /// A Go duration such as "20s", "1m30s", "500ms", "2h".
 pub fn parse_duration(text: &str) -> Result<Duration, QuantityError> {
     let err = || QuantityError(text.to_owned());
@@ -105,6 +133,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, QuantityError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_forms() {
+        assert_eq!(format_bytes(8222253056), "8029544Ki");
+        assert_eq!(format_bytes(100 << 20), "100Mi");
+        assert_eq!(format_bytes(1000), "1000");
+        assert_eq!(format_bytes(0), "0");
+        assert_eq!(format_millicpu(2000), "2");
+        assert_eq!(format_millicpu(1500), "1500m");
+    }
 
     #[test]
     fn cpu_quantities() {

@@ -164,6 +164,18 @@ pub fn remove_tree(path: &Path) -> Result<(), StateError> {
 
 /// 128 random bits as hex, for container IDs and temp names.
 pub fn random_hex() -> String {
+    hex(&random_bytes())
+}
+
+/// A random fraction in [0, 1), for jitter.
+pub fn random_fraction() -> f64 {
+    let bytes = random_bytes();
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[..8]);
+    (u64::from_le_bytes(word) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn random_bytes() -> [u8; 16] {
     let mut buf = [0u8; 16];
     // getrandom(2) on Linux does not fail for 16 bytes once the pool is
     // initialised; fall back to time and pid if it ever does.
@@ -176,7 +188,7 @@ pub fn random_hex() -> String {
             ^ u128::from(std::process::id());
         buf = seed.to_le_bytes();
     }
-    hex(&buf)
+    buf
 }
 
 /// 16 bytes in the UUID text form (8-4-4-4-12 hex digits), as Kubernetes

@@ -3,6 +3,7 @@
 //! adopts what a previous run of the agent left.
 
 pub mod checkpoint;
+pub mod node;
 pub mod sources;
 pub mod worker;
 
@@ -103,6 +104,24 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         layout,
         config,
     });
+    let api = match &ctx.config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = crate::kube::Kubeconfig::load(path)
+                .map_err(|e| AgentError::Setup(e.to_string()))?;
+            log::info!(
+                "joining the cluster at {} as node {}",
+                kubeconfig.server,
+                ctx.config.node_name
+            );
+            Some(crate::kube::Api::new(&kubeconfig, &ctx.config.node_name))
+        }
+        None => None,
+    };
+    if let Some(api) = &api {
+        let facts =
+            node::NodeFacts::gather(&ctx, format!("{}://{version}", ctx.config.runtime.name()));
+        crate::rt::spawn(node::run(ctx.clone(), api.clone(), facts)).detach();
+    }
     // Child processes are reaped on the loop, not by a thread of their own.
     crate::rt::spawn(async_process::driver()).detach();
     crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();

@@ -20,7 +20,7 @@ use futures_rustls::TlsConnector;
 use futures_rustls::rustls::{self, ClientConfig, RootCertStore};
 use http::header::{AUTHORIZATION, HOST, LOCATION};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use rustls_pki_types::pem::PemObject;
@@ -99,7 +99,7 @@ impl AsyncWrite for Stream {
     }
 }
 
-type Sender = SendRequest<Empty<Bytes>>;
+type Sender = SendRequest<Full<Bytes>>;
 
 /// A cheap-to-clone client; all clones share one pool.
 #[derive(Clone)]
@@ -108,6 +108,7 @@ pub struct Client {
 }
 
 struct Inner {
+    /// Where the trusted roots come from when no TLS configuration was given.
     ca_file: PathBuf,
     tls: RefCell<Option<Arc<ClientConfig>>>,
     /// Hosts (host[:port]) that may be reached over plain HTTP.
@@ -153,6 +154,19 @@ impl Client {
                 ca_file,
                 tls: RefCell::new(None),
                 plain_http,
+                idle: RefCell::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// A client with a TLS configuration of the caller's: the API server's
+    /// own CA and a client certificate.
+    pub fn with_tls(config: Arc<ClientConfig>) -> Client {
+        Client {
+            inner: Rc::new(Inner {
+                ca_file: PathBuf::new(),
+                tls: RefCell::new(Some(config)),
+                plain_http: Vec::new(),
                 idle: RefCell::new(HashMap::new()),
             }),
         }
@@ -263,14 +277,15 @@ impl Client {
         Some(senders.swap_remove(pos))
     }
 
-    /// Sends one request (no body) and returns the response with its body
-    /// unread. Refuses plain HTTP unless the host is allowed it or the
-    /// caller says so (`plain_ok`).
+    /// Sends one request and returns the response with its body unread.
+    /// Refuses plain HTTP unless the host is allowed it or the caller says
+    /// so (`plain_ok`).
     pub async fn request(
         &self,
         method: Method,
         url: &Uri,
         headers: &HeaderMap,
+        body: Bytes,
         plain_ok: bool,
     ) -> Result<Response<Incoming>, HttpError> {
         let (tls, host, port) = origin(url).ok_or_else(|| HttpError::InvalidUrl {
@@ -294,7 +309,7 @@ impl Client {
         let mut request = Request::builder()
             .method(method)
             .uri(path)
-            .body(Empty::<Bytes>::new())
+            .body(Full::new(body))
             .map_err(|_| HttpError::InvalidUrl {
                 url: url.to_string(),
             })?;
@@ -338,7 +353,7 @@ impl Client {
         let mut headers = headers.clone();
         for _ in 0..=MAX_REDIRECTS {
             let response = self
-                .request(method.clone(), &url, &headers, plain_ok)
+                .request(method.clone(), &url, &headers, Bytes::new(), plain_ok)
                 .await?;
             let redirect = matches!(
                 response.status(),
@@ -422,8 +437,18 @@ pub async fn read_body(url: &Uri, body: Incoming, limit: usize) -> Result<Vec<u8
 /// The next chunk of a body, or `None` at its end; fails when the peer sends
 /// nothing for [`STALL_TIMEOUT`].
 pub async fn next_chunk(url: &Uri, body: &mut Incoming) -> Result<Option<Bytes>, HttpError> {
+    next_chunk_within(url, body, STALL_TIMEOUT).await
+}
+
+/// [`next_chunk`] for bodies that may rightly stay silent longer, such as
+/// a watch between events.
+pub async fn next_chunk_within(
+    url: &Uri,
+    body: &mut Incoming,
+    idle: Duration,
+) -> Result<Option<Bytes>, HttpError> {
     loop {
-        let frame = with_timeout(url, STALL_TIMEOUT, async {
+        let frame = with_timeout(url, idle, async {
             body.frame()
                 .await
                 .transpose()

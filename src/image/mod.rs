@@ -111,6 +111,16 @@ impl ImageService {
         }
     }
 
+    /// The images in the store, by reference.
+    pub fn records(&self) -> Result<std::collections::BTreeMap<String, ImageRecord>, StateError> {
+        self.store.records()
+    }
+
+    /// The architecture as Kubernetes names it (GOARCH).
+    pub fn architecture(&self) -> &str {
+        &self.platform.architecture
+    }
+
     /// Makes `image` present per `policy` and returns it.
     pub async fn ensure(&self, image: &str, policy: PullPolicy) -> Result<Image, ImageError> {
         let reference = Reference::parse(image)?;

@@ -1,0 +1,654 @@
+//! The node in the API server: registration, the node status setters, the
+//! status loop (recomputed every nodeStatusUpdateFrequency, PATCHed when it
+//! changed or nodeStatusReportFrequency passed) and the Lease heartbeat.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use serde_json::{Value, json};
+
+use super::Context;
+use crate::kube::diff::merge_diff;
+use crate::kube::{Api, KubeError, PatchType, RetryBackoff};
+use crate::quantity::{self, format_bytes, format_millicpu};
+
+/// What does not change while the agent runs.
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    pub machine_id: String,
+    pub system_uuid: String,
+    pub boot_id: String,
+    pub kernel_version: String,
+    pub os_image: String,
+    pub runtime_version: String,
+    pub architecture: String,
+    pub cpus: u64,
+    pub memory: u64,
+    pub internal_ip: Option<IpAddr>,
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+impl NodeFacts {
+    /// Reads the host's identity; `runtime_version` is `runc://1.1.5`.
+    pub fn gather(ctx: &Context, runtime_version: String) -> NodeFacts {
+        let os_image = std::fs::read_to_string("/etc/os-release")
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+                    .map(|v| v.trim_matches('"').to_owned())
+            })
+            .unwrap_or_else(|| "Linux".into());
+        let kernel_version = nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64;
+        NodeFacts {
+            machine_id: read_trimmed("/etc/machine-id"),
+            system_uuid: read_trimmed("/sys/class/dmi/id/product_uuid").to_lowercase(),
+            boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
+            kernel_version,
+            os_image,
+            runtime_version,
+            architecture: ctx.images.architecture().to_owned(),
+            cpus,
+            memory: ctx.memory_capacity,
+            internal_ip: ctx.config.node_ip.or_else(default_route_ip),
+        }
+    }
+}
+
+/// The IPv4 address of the interface the default route leaves by, as the
+/// upstream kubelet picks a node's InternalIP without --node-ip.
+fn default_route_ip() -> Option<IpAddr> {
+    let routes = std::fs::read_to_string("/proc/net/route").ok()?;
+    let interface = routes.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&"00000000")).then(|| fields[0].to_owned())
+    })?;
+    nix::ifaddrs::getifaddrs().ok()?.find_map(|a| {
+        if a.interface_name != interface {
+            return None;
+        }
+        let ip = a.address?.as_sockaddr_in()?.ip();
+        Some(IpAddr::V4(ip))
+    })
+}
+
+/// Free bytes and inodes of the filesystem holding `path`.
+struct FsUsage {
+    capacity: u64,
+    available: u64,
+    inodes: u64,
+    inodes_free: u64,
+}
+
+fn fs_usage(path: &std::path::Path) -> Option<FsUsage> {
+    let s = nix::sys::statvfs::statvfs(path).ok()?;
+    let unit = s.fragment_size() as u64;
+    Some(FsUsage {
+        capacity: s.blocks() as u64 * unit,
+        available: s.blocks_available() as u64 * unit,
+        inodes: s.files() as u64,
+        inodes_free: s.files_available() as u64,
+    })
+}
+
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// A threshold as evictionHard writes it: a quantity or a percentage of
+/// the capacity.
+fn threshold(ctx: &Context, signal: &str, capacity: u64) -> Option<u64> {
+    let text = ctx.config.eviction_hard.get(signal)?;
+    match text.strip_suffix('%') {
+        Some(percent) => {
+            let p: f64 = percent.trim().parse().ok()?;
+            Some((capacity as f64 * p / 100.0) as u64)
+        }
+        None => quantity::parse_bytes(text).ok(),
+    }
+}
+
+fn quantities(map: BTreeMap<&str, String>) -> BTreeMap<String, Quantity> {
+    map.into_iter()
+        .map(|(k, v)| (k.to_owned(), Quantity(v)))
+        .collect()
+}
+
+fn condition(
+    kind: &str,
+    on: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> core::NodeCondition {
+    core::NodeCondition {
+        type_: kind.to_owned(),
+        status: if on { "True" } else { "False" }.to_owned(),
+        reason: Some(reason.to_owned()),
+        message: Some(message.to_owned()),
+        last_heartbeat_time: Some(Time(now)),
+        last_transition_time: Some(Time(now)),
+    }
+}
+
+/// The node's status now. Pressure conditions compare the eviction
+/// signals with the hard thresholds; the transition period and eviction
+/// itself are not done yet.
+pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::NodeStatus {
+    let config = &ctx.config;
+    let fs = fs_usage(&ctx.layout.root);
+    let storage = fs.as_ref().map_or(0, |f| f.capacity);
+    let mut capacity = BTreeMap::from([
+        ("cpu", facts.cpus.to_string()),
+        ("memory", format_bytes(facts.memory)),
+        ("ephemeral-storage", format_bytes(storage)),
+        ("pods", config.max_pods.to_string()),
+    ]);
+    // No huge pages are set up for pods; upstream reports them as 0 too.
+    capacity.insert("hugepages-1Gi", "0".into());
+    capacity.insert("hugepages-2Mi", "0".into());
+    let reserved = |name: &str| {
+        config.kube_reserved.get(name).copied().unwrap_or(0)
+            + config.system_reserved.get(name).copied().unwrap_or(0)
+    };
+    let floor = |v: i64| v.max(0) as u64;
+    let cpu_alloc = floor(facts.cpus as i64 * 1000 - reserved("cpu"));
+    let mem_alloc = floor(
+        facts.memory as i64
+            - reserved("memory")
+            - threshold(ctx, "memory.available", facts.memory).unwrap_or(0) as i64,
+    );
+    let storage_alloc = floor(
+        storage as i64
+            - reserved("ephemeral-storage")
+            - threshold(ctx, "nodefs.available", storage).unwrap_or(0) as i64,
+    );
+    let mut allocatable = capacity.clone();
+    allocatable.insert("cpu", format_millicpu(cpu_alloc));
+    allocatable.insert("memory", format_bytes(mem_alloc));
+    allocatable.insert("ephemeral-storage", format_bytes(storage_alloc));
+
+    let memory_pressure = match (
+        mem_available(),
+        threshold(ctx, "memory.available", facts.memory),
+    ) {
+        (Some(available), Some(limit)) => available < limit,
+        _ => false,
+    };
+    let disk_pressure = fs.as_ref().is_some_and(|f| {
+        threshold(ctx, "nodefs.available", f.capacity).is_some_and(|t| f.available < t)
+            || threshold(ctx, "imagefs.available", f.capacity).is_some_and(|t| f.available < t)
+            || threshold(ctx, "nodefs.inodesFree", f.inodes).is_some_and(|t| f.inodes_free < t)
+    });
+    let conditions = vec![
+        if memory_pressure {
+            condition(
+                "MemoryPressure",
+                true,
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+                now,
+            )
+        } else {
+            condition(
+                "MemoryPressure",
+                false,
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+                now,
+            )
+        },
+        if disk_pressure {
+            condition(
+                "DiskPressure",
+                true,
+                "KubeletHasDiskPressure",
+                "kubelet has disk pressure",
+                now,
+            )
+        } else {
+            condition(
+                "DiskPressure",
+                false,
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+                now,
+            )
+        },
+        condition(
+            "PIDPressure",
+            false,
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+            now,
+        ),
+        condition(
+            "Ready",
+            true,
+            "KubeletReady",
+            "kubelet is posting ready status",
+            now,
+        ),
+    ];
+
+    let mut addresses = Vec::new();
+    if let Some(ip) = facts.internal_ip {
+        addresses.push(core::NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.to_string(),
+        });
+    }
+    addresses.push(core::NodeAddress {
+        type_: "Hostname".into(),
+        address: config.node_name.clone(),
+    });
+
+    // Up to 50 images, largest first, each with up to 5 names, as upstream.
+    let mut records: Vec<_> = ctx
+        .images
+        .records()
+        .map(|r| r.into_values().collect())
+        .unwrap_or_default();
+    records.sort_by_key(|r: &crate::image::store::ImageRecord| std::cmp::Reverse(r.size));
+    let mut images: Vec<core::ContainerImage> = Vec::new();
+    for record in records {
+        let digest_name = format!(
+            "{}@{}",
+            repository(&record.reference),
+            record.manifest_digest
+        );
+        let same_image = |i: &&mut core::ContainerImage| {
+            i.names.as_ref().is_some_and(|n| n.contains(&digest_name))
+        };
+        match images.iter_mut().find(same_image) {
+            Some(image) => {
+                if let Some(names) = &mut image.names
+                    && names.len() < 5
+                {
+                    names.push(record.reference.clone());
+                }
+            }
+            None => images.push(core::ContainerImage {
+                names: Some(vec![digest_name, record.reference.clone()]),
+                size_bytes: Some(record.size as i64),
+            }),
+        }
+    }
+    images.truncate(50);
+
+    core::NodeStatus {
+        addresses: Some(addresses),
+        allocatable: Some(quantities(allocatable)),
+        capacity: Some(quantities(capacity)),
+        conditions: Some(conditions),
+        daemon_endpoints: Some(core::NodeDaemonEndpoints {
+            kubelet_endpoint: Some(core::DaemonEndpoint {
+                port: i32::from(config.port),
+            }),
+        }),
+        images: Some(images),
+        node_info: Some(core::NodeSystemInfo {
+            architecture: facts.architecture.clone(),
+            boot_id: facts.boot_id.clone(),
+            container_runtime_version: facts.runtime_version.clone(),
+            kernel_version: facts.kernel_version.clone(),
+            kube_proxy_version: String::new(),
+            kubelet_version: kubelet_version(),
+            machine_id: facts.machine_id.clone(),
+            operating_system: "linux".into(),
+            os_image: facts.os_image.clone(),
+            system_uuid: facts.system_uuid.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `registry/name` of a reference, without its tag or digest.
+fn repository(reference: &str) -> &str {
+    if let Some((repo, _)) = reference.split_once('@') {
+        return repo;
+    }
+    match reference.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => reference,
+    }
+}
+
+/// The Kubernetes version nanolet speaks, with its own as build metadata
+/// (as k3s reports `v1.28.5+k3s1`).
+pub fn kubelet_version() -> String {
+    format!("v1.32.0+nanolet-{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn initial_node(ctx: &Context, facts: &NodeFacts, status: core::NodeStatus) -> core::Node {
+    let config = &ctx.config;
+    let mut labels = BTreeMap::from([
+        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("kubernetes.io/arch".to_owned(), facts.architecture.clone()),
+        (
+            "kubernetes.io/hostname".to_owned(),
+            config.node_name.clone(),
+        ),
+        ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
+        (
+            "beta.kubernetes.io/arch".to_owned(),
+            facts.architecture.clone(),
+        ),
+    ]);
+    labels.extend(config.node_labels.clone());
+    core::Node {
+        metadata: ObjectMeta {
+            name: Some(config.node_name.clone()),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                "volumes.kubernetes.io/controller-managed-attach-detach".to_owned(),
+                "true".to_owned(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(core::NodeSpec {
+            taints: (!config.register_with_taints.is_empty())
+                .then(|| config.register_with_taints.clone()),
+            ..Default::default()
+        }),
+        status: Some(status),
+    }
+}
+
+/// Status fields compared to decide whether a report is due: everything
+/// but the heartbeat times.
+fn comparable(status: &core::NodeStatus) -> Value {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    if let Some(conditions) = value.get_mut("conditions").and_then(Value::as_array_mut) {
+        for c in conditions {
+            if let Some(map) = c.as_object_mut() {
+                map.remove("lastHeartbeatTime");
+                map.remove("lastTransitionTime");
+            }
+        }
+    }
+    value
+}
+
+/// Keeps each condition's transition time while its status is unchanged.
+fn carry_transitions(previous: Option<&core::NodeStatus>, status: &mut core::NodeStatus) {
+    let Some(previous) = previous.and_then(|p| p.conditions.as_ref()) else {
+        return;
+    };
+    for c in status.conditions.iter_mut().flatten() {
+        if let Some(p) = previous.iter().find(|p| p.type_ == c.type_)
+            && p.status == c.status
+        {
+            c.last_transition_time = p.last_transition_time.clone();
+        }
+    }
+}
+
+/// Registers the node (or adopts an existing one), then keeps its status
+/// and Lease current. Runs for the agent's lifetime.
+pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
+    let name = ctx.config.node_name.clone();
+    let mut sent: Option<core::NodeStatus> = None;
+    let uid = if ctx.config.register_node {
+        let (uid, initial) = register(&ctx, &api, &facts).await;
+        sent = initial;
+        uid
+    } else {
+        wait_for_node(&api, &name).await
+    };
+    log::info!("node {name} registered (uid {uid})");
+    crate::rt::spawn(lease_loop(ctx.clone(), api.clone(), uid)).detach();
+
+    let mut last_report = Instant::now();
+    loop {
+        smol::Timer::after(ctx.config.node_status_update_frequency).await;
+        let mut status = node_status(&ctx, &facts, Timestamp::now());
+        carry_transitions(sent.as_ref(), &mut status);
+        let changed = sent.as_ref().map(comparable) != Some(comparable(&status));
+        if !changed && last_report.elapsed() < ctx.config.node_status_report_frequency {
+            continue;
+        }
+        let old = sent
+            .as_ref()
+            .map(|s| serde_json::to_value(s).unwrap_or_default())
+            .unwrap_or(json!({}));
+        let new = serde_json::to_value(&status).unwrap_or_default();
+        let Some(diff) = merge_diff(&old, &new) else {
+            continue;
+        };
+        let path = format!("/api/v1/nodes/{name}/status");
+        match api
+            .patch::<core::Node>(&path, PatchType::StrategicMerge, &json!({"status": diff}))
+            .await
+        {
+            Ok(_) => {
+                sent = Some(status);
+                last_report = Instant::now();
+            }
+            Err(e) if e.is_not_found() => {
+                // Deleted behind our back: register again, as upstream
+                // kubelets do on restart.
+                log::warn!("node {name} is gone from the API server; registering again");
+                let (_, initial) = register(&ctx, &api, &facts).await;
+                sent = initial;
+            }
+            Err(e) if e.is_unavailable() => {}
+            Err(e) => log::warn!("node status: {e}"),
+        }
+    }
+}
+
+/// POSTs the node until it exists: 100 ms doubling to 7 s, as upstream.
+/// Returns its UID and the status it was created with (None when it
+/// existed before, so the first report sends everything).
+async fn register(
+    ctx: &Context,
+    api: &Api,
+    facts: &NodeFacts,
+) -> (String, Option<core::NodeStatus>) {
+    let name = &ctx.config.node_name;
+    let mut backoff = RetryBackoff::new(Duration::from_millis(100), Duration::from_millis(3500));
+    loop {
+        let status = node_status(ctx, facts, Timestamp::now());
+        let node = initial_node(ctx, facts, status.clone());
+        match api.create::<_, core::Node>("/api/v1/nodes", &node).await {
+            Ok(created) => {
+                if let Some(uid) = created.metadata.uid {
+                    return (uid, Some(status));
+                }
+            }
+            Err(e) if e.is_conflict() => match reconcile_existing(api, &node).await {
+                Ok(uid) => return (uid, None),
+                Err(e) if e.is_unavailable() => {}
+                Err(e) => log::warn!("registering node {name}: {e}"),
+            },
+            Err(e) if e.is_unavailable() => {}
+            Err(e) => log::warn!("registering node {name}: {e}"),
+        }
+        smol::Timer::after(backoff.next_delay()).await;
+    }
+}
+
+/// A node of this name exists (a restart): make its labels ours again.
+async fn reconcile_existing(api: &Api, node: &core::Node) -> Result<String, KubeError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let path = format!("/api/v1/nodes/{name}");
+    let existing: core::Node = api.get(&path).await?;
+    let want = node.metadata.labels.clone().unwrap_or_default();
+    let have = existing.metadata.labels.clone().unwrap_or_default();
+    let missing: BTreeMap<&String, &String> = want
+        .iter()
+        .filter(|(k, v)| have.get(*k) != Some(*v))
+        .collect();
+    if !missing.is_empty() {
+        api.patch::<core::Node>(
+            &path,
+            PatchType::Merge,
+            &json!({"metadata": {"labels": missing}}),
+        )
+        .await?;
+    }
+    Ok(existing.metadata.uid.unwrap_or_default())
+}
+
+/// Without registration (registerNode: false) the node must be created by
+/// someone else: wait for it.
+async fn wait_for_node(api: &Api, name: &str) -> String {
+    let mut backoff = RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(30));
+    loop {
+        match api
+            .get::<core::Node>(&format!("/api/v1/nodes/{name}"))
+            .await
+        {
+            Ok(node) => return node.metadata.uid.unwrap_or_default(),
+            Err(e) if e.is_unavailable() => {}
+            Err(e) => log::warn!("waiting for node {name}: {e}"),
+        }
+        smol::Timer::after(backoff.next_delay()).await;
+    }
+}
+
+fn micro_now() -> MicroTime {
+    MicroTime(Timestamp::now())
+}
+
+/// Renews `kube-node-lease/<node>` every quarter of its duration: an
+/// UPDATE of the cached object, so one request per renewal while healthy.
+async fn lease_loop(ctx: Rc<Context>, api: Api, node_uid: String) {
+    let name = ctx.config.node_name.clone();
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
+    let duration = ctx.config.node_lease_duration;
+    let interval = duration / 4;
+    let mut cached: Option<Lease> = None;
+    loop {
+        let result = match cached.take() {
+            Some(mut lease) => {
+                if let Some(spec) = &mut lease.spec {
+                    spec.renew_time = Some(micro_now());
+                }
+                api.replace::<_, Lease>(&path, &lease).await
+            }
+            None => ensure_lease(&api, &name, &node_uid, duration).await,
+        };
+        match result {
+            Ok(lease) => cached = Some(lease),
+            // A conflict or an outage: fetch the lease afresh next time.
+            Err(e) if e.is_unavailable() || e.is_conflict() => {}
+            Err(e) => log::warn!("lease: {e}"),
+        }
+        // 4 % jitter, as upstream, so a fleet's renewals spread out.
+        let jitter = interval.mul_f64(0.04 * crate::state::random_fraction());
+        smol::Timer::after(interval + jitter).await;
+    }
+}
+
+async fn ensure_lease(
+    api: &Api,
+    name: &str,
+    node_uid: &str,
+    duration: Duration,
+) -> Result<Lease, KubeError> {
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
+    match api.get::<Lease>(&path).await {
+        Ok(mut lease) => {
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            spec.holder_identity = Some(name.to_owned());
+            spec.lease_duration_seconds = Some(duration.as_secs() as i32);
+            spec.renew_time = Some(micro_now());
+            api.replace(&path, &lease).await
+        }
+        Err(e) if e.is_not_found() => {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    namespace: Some("kube-node-lease".into()),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Node".into(),
+                        name: name.to_owned(),
+                        uid: node_uid.to_owned(),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(name.to_owned()),
+                    lease_duration_seconds: Some(duration.as_secs() as i32),
+                    renew_time: Some(micro_now()),
+                    ..Default::default()
+                }),
+            };
+            api.create(
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                &lease,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repositories_lose_tag_and_digest() {
+        assert_eq!(
+            repository("127.0.0.1:5000/busybox:1"),
+            "127.0.0.1:5000/busybox"
+        );
+        assert_eq!(
+            repository("127.0.0.1:5000/busybox"),
+            "127.0.0.1:5000/busybox"
+        );
+        assert_eq!(
+            repository("docker.io/library/a@sha256:00"),
+            "docker.io/library/a"
+        );
+    }
+
+    #[test]
+    fn transition_times_survive_unchanged_conditions() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let old = core::NodeStatus {
+            conditions: Some(vec![condition("Ready", true, "KubeletReady", "", t0)]),
+            ..Default::default()
+        };
+        let mut new = core::NodeStatus {
+            conditions: Some(vec![condition("Ready", true, "KubeletReady", "", t1)]),
+            ..Default::default()
+        };
+        assert_eq!(comparable(&old), comparable(&new));
+        carry_transitions(Some(&old), &mut new);
+        let c = &new.conditions.unwrap()[0];
+        assert_eq!(c.last_transition_time, Some(Time(t0)));
+        assert_eq!(c.last_heartbeat_time, Some(Time(t1)));
+    }
+}

@@ -1,0 +1,296 @@
+//! Requests to the API server: JSON in and out, bearer or client-cert
+//! authentication, `Status` errors decoded, every request counted.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use hyper::body::Incoming;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::OutageLog;
+use super::kubeconfig::{Kubeconfig, Token};
+use crate::http::{Client, HttpError, read_body};
+
+/// Bodies the agent reads are small (a pod, a node, a list of a node's
+/// pods); a list of pods for one node stays far below this.
+const MAX_BODY: usize = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error("{method} {path}: {code} {reason}: {message}")]
+    Status {
+        method: Method,
+        path: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("{path}: decoding the response: {message}")]
+    Decode { path: String, message: String },
+    #[error("{path}: token file: {source}")]
+    TokenFile {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl KubeError {
+    /// The HTTP status of an API error, if it was one.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            KubeError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409)
+    }
+
+    /// Whether the server could not be reached or failed, as opposed to it
+    /// refusing the request: the kind of failure an outage produces.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            KubeError::Http(_) => true,
+            KubeError::Status { code, .. } => *code >= 500 || *code == 429,
+            _ => false,
+        }
+    }
+}
+
+/// Patch flavours the API server accepts.
+#[derive(Debug, Clone, Copy)]
+pub enum PatchType {
+    Merge,
+    StrategicMerge,
+}
+
+impl PatchType {
+    fn content_type(self) -> &'static str {
+        match self {
+            PatchType::Merge => "application/merge-patch+json",
+            PatchType::StrategicMerge => "application/strategic-merge-patch+json",
+        }
+    }
+}
+
+/// A cheap-to-clone handle on the API server.
+#[derive(Clone)]
+pub struct Api {
+    http: Client,
+    server: String,
+    token: Option<Token>,
+    user_agent: HeaderValue,
+    requests: Rc<Cell<u64>>,
+    outage: Rc<RefCell<OutageLog>>,
+}
+
+impl Api {
+    pub fn new(kubeconfig: &Kubeconfig, node_name: &str) -> Api {
+        let agent = format!("nanolet/{} ({node_name})", env!("CARGO_PKG_VERSION"));
+        Api {
+            http: Client::with_tls(kubeconfig.tls.clone()),
+            server: kubeconfig.server.clone(),
+            token: kubeconfig.token.clone(),
+            user_agent: HeaderValue::from_str(&agent)
+                .unwrap_or(HeaderValue::from_static("nanolet")),
+            requests: Rc::new(Cell::new(0)),
+            outage: Rc::default(),
+        }
+    }
+
+    /// Requests sent so far, for the agent's own metrics.
+    pub fn request_count(&self) -> u64 {
+        self.requests.get()
+    }
+
+    fn headers(&self, path: &str) -> Result<HeaderMap, KubeError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        headers.insert(USER_AGENT, self.user_agent.clone());
+        let token = match &self.token {
+            None => None,
+            Some(Token::Fixed(t)) => Some(t.clone()),
+            // Re-read per request, as rotated tokens must take effect; the
+            // file is small and in memory (tmpfs or page cache).
+            Some(Token::File(file)) => Some(
+                std::fs::read_to_string(file)
+                    .map_err(|source| KubeError::TokenFile {
+                        path: path.to_owned(),
+                        source,
+                    })?
+                    .trim()
+                    .to_owned(),
+            ),
+        };
+        if let Some(token) = token
+            && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}"))
+        {
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        Ok(headers)
+    }
+
+    fn url(&self, path: &str) -> Result<Uri, KubeError> {
+        format!("{}{path}", self.server)
+            .parse()
+            .map_err(|_| HttpError::InvalidUrl {
+                url: path.to_owned(),
+            })
+            .map_err(KubeError::from)
+    }
+
+    /// Sends a request and returns the response if it succeeded (2xx); any
+    /// other status becomes [`KubeError::Status`] with the server's reason.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&'static str>,
+        body: Bytes,
+    ) -> Result<(Uri, hyper::Response<Incoming>), KubeError> {
+        let url = self.url(path)?;
+        let mut headers = self.headers(path)?;
+        if let Some(ct) = content_type {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+        }
+        self.requests.set(self.requests.get() + 1);
+        let result = async {
+            let response = self
+                .http
+                .request(method.clone(), &url, &headers, body, false)
+                .await?;
+            let code = response.status();
+            if code.is_success() {
+                return Ok((url.clone(), response));
+            }
+            let text = read_body(&url, response.into_body(), 1 << 20)
+                .await
+                .unwrap_or_default();
+            Err(status_error(method, path, code, &text))
+        }
+        .await;
+        match &result {
+            Err(e) if e.is_unavailable() => self.outage.borrow_mut().failed(e),
+            _ => self.outage.borrow_mut().succeeded(),
+        }
+        result
+    }
+
+    async fn json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&'static str>,
+        body: Bytes,
+    ) -> Result<T, KubeError> {
+        let (url, response) = self.send(method, path, content_type, body).await?;
+        let bytes = read_body(&url, response.into_body(), MAX_BODY).await?;
+        serde_json::from_slice(&bytes).map_err(|e| KubeError::Decode {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    fn encode<B: Serialize>(body: &B) -> Bytes {
+        // Serialising our own typed values cannot fail.
+        Bytes::from(serde_json::to_vec(body).unwrap_or_default())
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, KubeError> {
+        self.json(Method::GET, path, None, Bytes::new()).await
+    }
+
+    pub async fn create<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, KubeError> {
+        let body = Self::encode(body);
+        self.json(Method::POST, path, Some("application/json"), body)
+            .await
+    }
+
+    pub async fn replace<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, KubeError> {
+        let body = Self::encode(body);
+        self.json(Method::PUT, path, Some("application/json"), body)
+            .await
+    }
+
+    pub async fn patch<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        kind: PatchType,
+        patch: &serde_json::Value,
+    ) -> Result<T, KubeError> {
+        let body = Self::encode(patch);
+        self.json(Method::PATCH, path, Some(kind.content_type()), body)
+            .await
+    }
+
+    /// DELETE with DeleteOptions (grace period, preconditions).
+    pub async fn delete(&self, path: &str, options: &serde_json::Value) -> Result<(), KubeError> {
+        let body = Self::encode(options);
+        let (url, response) = self
+            .send(Method::DELETE, path, Some("application/json"), body)
+            .await?;
+        read_body(&url, response.into_body(), MAX_BODY).await?;
+        Ok(())
+    }
+}
+
+fn status_error(method: Method, path: &str, code: StatusCode, body: &[u8]) -> KubeError {
+    let status: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let field = |name: &str| {
+        status
+            .as_ref()
+            .and_then(|s| s.get(name))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    KubeError::Status {
+        method,
+        path: path.to_owned(),
+        code: code.as_u16(),
+        reason: field("reason")
+            .or_else(|| code.canonical_reason().map(str::to_owned))
+            .unwrap_or_default(),
+        message: field("message")
+            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_bodies_become_errors() {
+        let body = br#"{"kind":"Status","status":"Failure","message":"pods \"x\" not found","reason":"NotFound","code":404}"#;
+        let e = status_error(Method::GET, "/api/v1/x", StatusCode::NOT_FOUND, body);
+        assert!(e.is_not_found());
+        assert!(!e.is_unavailable());
+        assert_eq!(
+            e.to_string(),
+            "GET /api/v1/x: 404 NotFound: pods \"x\" not found"
+        );
+        let e = status_error(Method::PUT, "/p", StatusCode::BAD_GATEWAY, b"oops");
+        assert!(e.is_unavailable());
+        assert!(e.to_string().contains("Bad Gateway: oops"));
+    }
+}
