@@ -2,12 +2,14 @@
 //! worker per pod, tells workers of pods that went away to terminate, and
 //! adopts what a previous run of the agent left.
 
+pub mod api_source;
 pub mod checkpoint;
 pub mod node;
 pub mod sources;
+pub mod status;
 pub mod worker;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use smol::channel::Sender;
 
 use self::checkpoint::Rejected;
 use self::sources::ManifestSource;
+use self::status::StatusManager;
 use self::worker::{Control, Worker};
 use crate::cgroup::Hierarchy;
 use crate::config::Config;
@@ -24,6 +27,8 @@ use crate::http::Client;
 use crate::image::ImageService;
 use crate::image::registry::Registry;
 use crate::image::store::Store;
+use crate::kube::Api;
+use crate::kube::watch::Reflector;
 use crate::pod::Pod;
 use crate::runtime::monitor_client::MonitorSettings;
 use crate::runtime::runc::Runtime;
@@ -48,13 +53,32 @@ pub struct Context {
     pub monitor: MonitorSettings,
     pub cgroups: Hierarchy,
     pub memory_capacity: u64,
+    /// The node's InternalIP, for pods' hostIP (and podIP on the host
+    /// network).
+    pub host_ip: Option<std::net::IpAddr>,
+    /// Cluster mode: where API pods' statuses go.
+    pub status_manager: Option<Rc<StatusManager>>,
 }
 
 struct WorkerHandle {
     control: Sender<Control>,
     terminating: bool,
+    from_api: bool,
     _task: smol::Task<()>,
 }
+
+impl WorkerHandle {
+    fn terminate(&mut self, grace: Option<Duration>) {
+        if !self.terminating {
+            self.terminating = true;
+            let _ = self.control.try_send(Control::Terminate { grace });
+        }
+    }
+}
+
+/// `Pod::source` of pods from the API server (static pods carry their
+/// manifest's path).
+pub const API_SOURCE: &str = "api";
 
 pub async fn run(config: Config) -> Result<(), AgentError> {
     let layout = Layout::new(&config.state_dir);
@@ -89,6 +113,31 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let store = Store::open(&layout.images())?;
     let executable =
         std::env::current_exe().map_err(|e| AgentError::Setup(format!("own executable: {e}")))?;
+
+    // Cluster mode: the API server's pods for this node, and where their
+    // statuses go.
+    let cluster = match &config.kubeconfig {
+        Some(path) => {
+            let kubeconfig = crate::kube::Kubeconfig::load(path)
+                .map_err(|e| AgentError::Setup(e.to_string()))?;
+            log::info!(
+                "joining the cluster at {} as node {}",
+                kubeconfig.server,
+                config.node_name
+            );
+            let api = Api::new(&kubeconfig, &config.node_name);
+            let (pods, changed) = Reflector::new(
+                api.clone(),
+                "/api/v1/pods",
+                &format!("spec.nodeName={}", config.node_name),
+            );
+            let status = StatusManager::new(api.clone(), pods.clone());
+            Some((api, pods, changed, status))
+        }
+        None => None,
+    };
+
+    let host_ip = config.node_ip.or_else(node::default_route_ip);
     let ctx = Rc::new(Context {
         images: ImageService::new(registry, store),
         monitor: MonitorSettings {
@@ -100,28 +149,12 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         },
         cgroups: Hierarchy::new(&config.cgroup_root),
         memory_capacity: crate::cgroup::memory_capacity(),
+        host_ip,
+        status_manager: cluster.as_ref().map(|c| c.3.clone()),
         runtime,
         layout,
         config,
     });
-    let api = match &ctx.config.kubeconfig {
-        Some(path) => {
-            let kubeconfig = crate::kube::Kubeconfig::load(path)
-                .map_err(|e| AgentError::Setup(e.to_string()))?;
-            log::info!(
-                "joining the cluster at {} as node {}",
-                kubeconfig.server,
-                ctx.config.node_name
-            );
-            Some(crate::kube::Api::new(&kubeconfig, &ctx.config.node_name))
-        }
-        None => None,
-    };
-    if let Some(api) = &api {
-        let facts =
-            node::NodeFacts::gather(&ctx, format!("{}://{version}", ctx.config.runtime.name()));
-        crate::rt::spawn(node::run(ctx.clone(), api.clone(), facts)).detach();
-    }
     // Child processes are reaped on the loop, not by a thread of their own.
     crate::rt::spawn(async_process::driver()).detach();
     crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();
@@ -132,6 +165,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         |pod: Pod, admitted: Timestamp, workers: &mut HashMap<String, WorkerHandle>| {
             let (control, control_rx) = smol::channel::unbounded();
             let uid = pod.uid.clone();
+            let from_api = pod.source == API_SOURCE;
             let worker = Worker::new(ctx.clone(), pod, admitted, control_rx);
             let done = done_tx.clone();
             let task_uid = uid.clone();
@@ -144,16 +178,31 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 WorkerHandle {
                     control,
                     terminating: false,
+                    from_api,
                     _task: task,
                 },
             );
         };
 
     // Adopt what the previous run admitted: its workers reattach to running
-    // containers, or clean up pods that are no longer wanted.
+    // containers, or clean up pods that are no longer wanted. Pods from the
+    // API server keep running from here until the API server says otherwise,
+    // also when it cannot be reached.
     for (pod, admitted) in adopt_checkpoints(&ctx).await {
         log::info!("adopting pod {} ({})", pod.full_name(), pod.uid);
         spawn_worker(pod, admitted, &mut workers);
+    }
+
+    let mut api_changed = None;
+    let mut api_pods = None;
+    if let Some((api, pods, changed, status)) = cluster {
+        let facts =
+            node::NodeFacts::gather(&ctx, format!("{}://{version}", ctx.config.runtime.name()));
+        crate::rt::spawn(node::run(ctx.clone(), api, facts)).detach();
+        crate::rt::spawn(pods.clone().run()).detach();
+        crate::rt::spawn(status.run()).detach();
+        api_changed = Some(changed);
+        api_pods = Some(pods);
     }
 
     let mut source = ctx.config.static_pod_path.clone().map(|dir| {
@@ -168,6 +217,9 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             .map_err(|e| AgentError::Setup(format!("signals: {e}")))?;
     let mut reported: Option<Vec<Rejected>> = None;
     let mut unreadable_logged = false;
+    let mut rejected_reported: HashSet<String> = HashSet::new();
+    let mut delete_requested: HashSet<String> = HashSet::new();
+    let node_labels = node::labels(&ctx);
 
     loop {
         let scan = match &source {
@@ -186,15 +238,57 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 let desired: HashMap<String, Pod> =
                     scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
                 for (uid, handle) in workers.iter_mut() {
-                    if !desired.contains_key(uid) && !handle.terminating {
-                        handle.terminating = true;
-                        let _ = handle.control.try_send(Control::Terminate);
+                    if !handle.from_api && !desired.contains_key(uid) {
+                        handle.terminate(None);
                     }
                 }
                 for (uid, pod) in desired {
                     if !workers.contains_key(&uid) {
                         spawn_worker(pod, Timestamp::now(), &mut workers);
                     }
+                }
+            }
+        }
+
+        // Until its first list, the API server says nothing about which
+        // pods should not run.
+        let sorted = api_pods.as_ref().and_then(|reflector| {
+            let snapshot = reflector.snapshot();
+            snapshot.synced.then(|| {
+                api_source::sort(&snapshot.objects, &node_labels, |uid| {
+                    workers.contains_key(uid)
+                })
+            })
+        });
+        if let (Some(sorted), Some(status)) = (sorted, &ctx.status_manager) {
+            for (uid, handle) in workers.iter_mut() {
+                if !handle.from_api {
+                    continue;
+                }
+                if let Some((_, grace)) = sorted.deleting.get(uid) {
+                    handle.terminate(*grace);
+                } else if !sorted.run.contains_key(uid) {
+                    handle.terminate(None);
+                }
+            }
+            for (uid, pod) in sorted.run {
+                if !workers.contains_key(&uid) {
+                    spawn_worker(pod, Timestamp::now(), &mut workers);
+                }
+            }
+            // A pod being deleted that nothing runs any more: the
+            // kubelet's final delete.
+            delete_requested.retain(|uid| sorted.deleting.contains_key(uid));
+            for (uid, (pod, _)) in &sorted.deleting {
+                if !workers.contains_key(uid) && delete_requested.insert(uid.clone()) {
+                    status.delete(uid, &pod.namespace, &pod.name);
+                }
+            }
+            for (pod, reason, message) in &sorted.rejected {
+                if rejected_reported.insert(pod.uid.clone()) {
+                    log::warn!("pod {}/{} rejected: {message}", pod.namespace, pod.name);
+                    let failed = api_source::rejected_status(reason, message);
+                    status.set(&pod.uid, &pod.namespace, &pod.name, failed);
                 }
             }
         }
@@ -211,6 +305,12 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             }
             Event::Changed
         };
+        let api_change = async {
+            match &api_changed {
+                Some(rx) if rx.recv().await.is_ok() => Event::Changed,
+                _ => std::future::pending().await,
+            }
+        };
         let done = async {
             match done_rx.recv().await {
                 Ok(uid) => Event::Done(uid),
@@ -221,7 +321,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             signals.next().await;
             Event::Signal
         };
-        match changed.or(done).or(signal).await {
+        match changed.or(api_change).or(done).or(signal).await {
             Event::Changed => {}
             Event::Done(uid) => {
                 workers.remove(&uid);

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use serde_json::{Value, json};
 
 use super::Context;
-use crate::kube::diff::merge_diff;
+use crate::kube::diff::strategic_diff;
 use crate::kube::{Api, KubeError, PatchType, RetryBackoff};
 use crate::quantity::{self, format_bytes, format_millicpu};
 
@@ -66,14 +66,14 @@ impl NodeFacts {
             architecture: ctx.images.architecture().to_owned(),
             cpus,
             memory: ctx.memory_capacity,
-            internal_ip: ctx.config.node_ip.or_else(default_route_ip),
+            internal_ip: ctx.host_ip,
         }
     }
 }
 
 /// The IPv4 address of the interface the default route leaves by, as the
 /// upstream kubelet picks a node's InternalIP without --node-ip.
-fn default_route_ip() -> Option<IpAddr> {
+pub fn default_route_ip() -> Option<IpAddr> {
     let routes = std::fs::read_to_string("/proc/net/route").ok()?;
     let interface = routes.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -345,22 +345,28 @@ pub fn kubelet_version() -> String {
     format!("v1.32.0+nanolet-{}", env!("CARGO_PKG_VERSION"))
 }
 
-fn initial_node(ctx: &Context, facts: &NodeFacts, status: core::NodeStatus) -> core::Node {
+/// The labels the node registers with: upstream's defaults and the
+/// configured ones.
+pub fn labels(ctx: &Context) -> BTreeMap<String, String> {
     let config = &ctx.config;
+    let arch = ctx.images.architecture().to_owned();
     let mut labels = BTreeMap::from([
         ("kubernetes.io/os".to_owned(), "linux".to_owned()),
-        ("kubernetes.io/arch".to_owned(), facts.architecture.clone()),
+        ("kubernetes.io/arch".to_owned(), arch.clone()),
         (
             "kubernetes.io/hostname".to_owned(),
             config.node_name.clone(),
         ),
         ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
-        (
-            "beta.kubernetes.io/arch".to_owned(),
-            facts.architecture.clone(),
-        ),
+        ("beta.kubernetes.io/arch".to_owned(), arch),
     ]);
     labels.extend(config.node_labels.clone());
+    labels
+}
+
+fn initial_node(ctx: &Context, status: core::NodeStatus) -> core::Node {
+    let config = &ctx.config;
+    let labels = labels(ctx);
     core::Node {
         metadata: ObjectMeta {
             name: Some(config.node_name.clone()),
@@ -438,7 +444,7 @@ pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
             .map(|s| serde_json::to_value(s).unwrap_or_default())
             .unwrap_or(json!({}));
         let new = serde_json::to_value(&status).unwrap_or_default();
-        let Some(diff) = merge_diff(&old, &new) else {
+        let Some(diff) = strategic_diff(&old, &new) else {
             continue;
         };
         let path = format!("/api/v1/nodes/{name}/status");
@@ -475,7 +481,7 @@ async fn register(
     let mut backoff = RetryBackoff::new(Duration::from_millis(100), Duration::from_millis(3500));
     loop {
         let status = node_status(ctx, facts, Timestamp::now());
-        let node = initial_node(ctx, facts, status.clone());
+        let node = initial_node(ctx, status.clone());
         match api.create::<_, core::Node>("/api/v1/nodes", &node).await {
             Ok(created) => {
                 if let Some(uid) = created.metadata.uid {

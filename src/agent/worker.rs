@@ -16,17 +16,19 @@ use super::Context;
 use super::checkpoint::{self, Checkpoint, ContainerRecord, PodRecord};
 use crate::image::ImageError;
 use crate::pod::backoff::Backoff;
-use crate::pod::status::{self, ContainerView, Terminated};
+use crate::pod::status::{self, ContainerView, Lifecycle, Terminated};
 use crate::pod::{Container, Pod, RestartPolicy};
 use crate::runtime::monitor_client::{self, MonitorConnection, MonitorEvent};
 use crate::runtime::protocol::Exit;
 use crate::runtime::spec::{self, PodPaths, SpecInput};
 use crate::runtime::{Bundle, sandbox};
+use k8s_openapi::api::core::v1 as core;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
     /// Stop the pod's containers (grace period, then SIGKILL) and remove it.
-    Terminate,
+    /// `grace` is the deletion's own grace period, if it set one.
+    Terminate { grace: Option<Duration> },
 }
 
 struct ContainerState {
@@ -53,6 +55,10 @@ pub struct Worker {
     exits_rx: Receiver<MonitorEvent>,
     control: Receiver<Control>,
     terminating: bool,
+    /// Every container was stopped by termination.
+    stopped: bool,
+    /// A grace period shorter than the pod's, from its deletion.
+    grace_override: Option<Duration>,
     /// The last status written, to skip unchanged writes.
     last_status: Option<k8s_openapi::api::core::v1::PodStatus>,
     sandbox_backoff: Backoff,
@@ -113,6 +119,8 @@ impl Worker {
             exits_rx,
             control,
             terminating: false,
+            grace_override: None,
+            stopped: false,
             last_status: None,
             sandbox_backoff: Backoff::default(),
         }
@@ -132,30 +140,32 @@ impl Worker {
             // A pod deleted while it pulls a large image over a slow link
             // must not wait for the pull: the pass is abandoned.
             let control = self.control.clone();
-            let terminate = async {
-                let _ = control.recv().await;
-                true
-            };
-            if async {
+            let terminate = async { Some(control.recv().await.ok()) };
+            if let Some(control) = async {
                 self.sync().await;
-                false
+                None
             }
             .or(terminate)
             .await
             {
-                self.terminating = true;
+                self.on_terminate(control);
                 continue;
             }
             self.write_status();
             let wake = self.next_wake();
             match self.wait(wake).await {
-                Wake::Control(Some(Control::Terminate)) | Wake::Control(None) => {
-                    self.terminating = true
-                }
+                Wake::Control(control) => self.on_terminate(control),
                 Wake::Exit(exit) => self.on_exit(exit).await,
                 Wake::MonitorLost => self.on_monitor_lost().await,
                 Wake::Timer => {}
             }
+        }
+    }
+
+    fn on_terminate(&mut self, control: Option<Control>) {
+        self.terminating = true;
+        if let Some(Control::Terminate { grace: Some(grace) }) = control {
+            self.grace_override = Some(grace.min(self.pod.termination_grace));
         }
     }
 
@@ -714,6 +724,19 @@ impl Worker {
     }
 
     fn write_status(&mut self) {
+        let lifecycle = match (self.terminating, self.stopped) {
+            (_, true) => Lifecycle::Stopped,
+            (true, false) => Lifecycle::Terminating,
+            (false, false) => Lifecycle::Running,
+        };
+        // Without CNI yet, only host-network pods have an address.
+        let pod_ips: Vec<String> = self
+            .ctx
+            .host_ip
+            .filter(|_| self.pod.host_network)
+            .map(|ip| ip.to_string())
+            .into_iter()
+            .collect();
         let views: Vec<ContainerView> = self
             .containers
             .iter()
@@ -724,9 +747,14 @@ impl Worker {
             &views,
             self.ctx.runtime.kind.name(),
             self.admitted,
-            &[],
-            self.terminating,
+            &pod_ips,
+            lifecycle,
         );
+        status.host_ip = self.ctx.host_ip.map(|ip| ip.to_string());
+        status.host_ips = self
+            .ctx
+            .host_ip
+            .map(|ip| vec![core::HostIP { ip: ip.to_string() }]);
         status::carry_transition_times(self.last_status.as_ref(), &mut status);
         if self.last_status.as_ref() == Some(&status) {
             return;
@@ -744,6 +772,16 @@ impl Worker {
         if let Err(e) = checkpoint::write_record(&self.dir, &record) {
             log::error!("pod {}: {e}", self.pod.full_name());
         }
+        if let Some(manager) = &self.ctx.status_manager
+            && self.pod.source == super::API_SOURCE
+        {
+            manager.set(
+                &self.pod.uid,
+                &self.pod.namespace,
+                &self.pod.name,
+                status.clone(),
+            );
+        }
         self.last_status = Some(status);
     }
 
@@ -751,10 +789,8 @@ impl Worker {
     /// removes everything of the pod.
     async fn terminate(&mut self) {
         let name = self.pod.full_name();
-        log::info!(
-            "pod {name}: terminating (grace period {:?})",
-            self.pod.termination_grace
-        );
+        let grace = self.grace_override.unwrap_or(self.pod.termination_grace);
+        log::info!("pod {name}: terminating (grace period {grace:?})");
         self.write_status();
         let running: Vec<(usize, String)> = self
             .containers
@@ -774,7 +810,7 @@ impl Worker {
                 log::warn!("pod {name}: {e}");
             }
         }
-        let deadline = Instant::now() + self.pod.termination_grace;
+        let deadline = Instant::now() + grace;
         if !self.wait_for_exits(deadline).await {
             for (_, id) in &running {
                 if let Err(e) = self.ctx.runtime.kill(id, "KILL").await {
@@ -784,6 +820,12 @@ impl Worker {
             self.wait_for_exits(Instant::now() + Duration::from_secs(10))
                 .await;
         }
+        // The final status: the phase is terminal once nothing can run.
+        self.stopped = self
+            .containers
+            .iter()
+            .all(|c| c.record.view.terminated.is_some() || c.record.view.container_id.is_none());
+        self.write_status();
         for (_, id) in &running {
             if let Err(e) = Bundle::new(&self.dir, id)
                 .remove(&self.ctx.runtime, id)

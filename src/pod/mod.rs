@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as core;
 use serde::{Deserialize, Serialize};
 
-pub use validate::{default_pull_policy, validate};
+pub use validate::{PodError, default_pull_policy, validate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RestartPolicy {

@@ -56,6 +56,17 @@ fn terminated_state(t: &Terminated, runtime: &str) -> core::ContainerStateTermin
     }
 }
 
+/// Where the pod is in its life, as far as its status shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    Running,
+    /// Being stopped: no container counts as ready.
+    Terminating,
+    /// Stopped for good (deleted): the phase is terminal whatever the
+    /// restart policy, as upstream reports pods it has terminated.
+    Stopped,
+}
+
 /// The status of `pod` from its containers' views.
 pub fn pod_status(
     pod: &Pod,
@@ -63,8 +74,9 @@ pub fn pod_status(
     runtime: &str,
     start_time: Timestamp,
     pod_ips: &[String],
-    terminating: bool,
+    lifecycle: Lifecycle,
 ) -> core::PodStatus {
+    let terminating = lifecycle != Lifecycle::Running;
     let statuses: Vec<core::ContainerStatus> = views
         .iter()
         .map(|v| {
@@ -120,7 +132,11 @@ pub fn pod_status(
         })
         .collect();
 
-    let phase = phase(pod.restart_policy, &statuses);
+    let phase = phase(
+        pod.restart_policy,
+        &statuses,
+        lifecycle == Lifecycle::Stopped,
+    );
     let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
     let condition = |type_: &str, ok: bool, reason: Option<&str>| core::PodCondition {
         type_: type_.into(),
@@ -145,12 +161,12 @@ pub fn pod_status(
         container_statuses: Some(statuses),
         start_time: Some(time(start_time)),
         pod_ip: pod_ips.first().cloned(),
-        pod_ips: Some(
+        pod_ips: (!pod_ips.is_empty()).then(|| {
             pod_ips
                 .iter()
                 .map(|ip| core::PodIP { ip: ip.clone() })
-                .collect(),
-        ),
+                .collect()
+        }),
         qos_class: Some(pod.qos.as_str().into()),
         ..Default::default()
     }
@@ -174,7 +190,11 @@ pub fn carry_transition_times(previous: Option<&core::PodStatus>, status: &mut c
 
 /// The pod phase by upstream's rules (`getPhase`): a container that waits
 /// after having run counts as stopped, not pending.
-fn phase(policy: RestartPolicy, statuses: &[core::ContainerStatus]) -> &'static str {
+fn phase(
+    policy: RestartPolicy,
+    statuses: &[core::ContainerStatus],
+    stopped_for_good: bool,
+) -> &'static str {
     let (mut pending, mut running, mut stopped, mut succeeded) = (0, 0, 0, 0);
     for s in statuses {
         let state = s.state.as_ref();
@@ -193,6 +213,14 @@ fn phase(policy: RestartPolicy, statuses: &[core::ContainerStatus]) -> &'static 
         } else {
             pending += 1;
         }
+    }
+    if stopped_for_good {
+        // Containers that never ran count as failed: the pod is over.
+        return if succeeded == statuses.len() {
+            "Succeeded"
+        } else {
+            "Failed"
+        };
     }
     if pending > 0 {
         return "Pending";
@@ -296,7 +324,7 @@ mod tests {
     }
 
     fn row(p: &Pod, views: &[ContainerView]) -> (String, String, u32) {
-        let s = pod_status(p, views, "runc", Timestamp::now(), &[], false);
+        let s = pod_status(p, views, "runc", Timestamp::now(), &[], Lifecycle::Running);
         summary(&s, false, 2)
     }
 
@@ -325,7 +353,7 @@ mod tests {
             "runc",
             Timestamp::now(),
             &[],
-            false,
+            Lifecycle::Running,
         );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(
@@ -340,7 +368,7 @@ mod tests {
             "runc",
             Timestamp::now(),
             &[],
-            false,
+            Lifecycle::Running,
         );
         assert_eq!(s.phase.as_deref(), Some("Succeeded"));
         assert_eq!(summary(&s, false, 2).1, "Completed");
@@ -350,7 +378,7 @@ mod tests {
             "runc",
             Timestamp::now(),
             &[],
-            false,
+            Lifecycle::Running,
         );
         assert_eq!(s.phase.as_deref(), Some("Failed"));
         assert_eq!(summary(&s, false, 2).1, "Error");
@@ -361,9 +389,22 @@ mod tests {
             "runc",
             Timestamp::now(),
             &[],
-            false,
+            Lifecycle::Running,
         );
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(summary(&s, true, 2).1, "Terminating");
+
+        // Deleted and stopped: terminal even under restartPolicy Always.
+        let stopped = |views: &[ContainerView]| {
+            pod_status(&p, views, "runc", Timestamp::now(), &[], Lifecycle::Stopped).phase
+        };
+        assert_eq!(
+            stopped(&[exited(0), exited(0)]).as_deref(),
+            Some("Succeeded")
+        );
+        assert_eq!(
+            stopped(&[exited(0), exited(137)]).as_deref(),
+            Some("Failed")
+        );
     }
 }

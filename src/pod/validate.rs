@@ -52,6 +52,17 @@ const METADATA: &[(&str, Shape)] = &[
     ("labels", StringMap),
     ("annotations", StringMap),
     ("creationTimestamp", Any),
+    // Set by the API server; nothing for a node to act on (deletion is
+    // read by the API source before validation).
+    ("resourceVersion", Any),
+    ("generation", Any),
+    ("generateName", Any),
+    ("selfLink", Any),
+    ("ownerReferences", Any),
+    ("managedFields", Any),
+    ("finalizers", Any),
+    ("deletionTimestamp", Any),
+    ("deletionGracePeriodSeconds", Any),
 ];
 
 const POD_SECURITY: &[(&str, Shape)] = &[
@@ -124,6 +135,16 @@ const SPEC: &[(&str, Shape)] = &[
     ("shareProcessNamespace", Leaf),
     ("securityContext", Object(POD_SECURITY)),
     ("volumes", ListOf(VOLUME)),
+    // The scheduler's business, already done when a pod reaches a node;
+    // the node selector is checked again by admission.
+    ("nodeSelector", StringMap),
+    ("tolerations", Any),
+    ("priority", Leaf),
+    ("priorityClassName", Leaf),
+    ("preemptionPolicy", Leaf),
+    // The service account's token reaches a pod only through a volume.
+    ("serviceAccountName", Leaf),
+    ("serviceAccount", Leaf),
 ];
 
 const POD: &[(&str, Shape)] = &[
