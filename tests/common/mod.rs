@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod apiserver;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -202,6 +204,36 @@ impl Agent {
         };
         agent.spawn();
         agent
+    }
+
+    /// An agent that joins `api` as node `node` (kubelet API on a free
+    /// loopback port), besides its manifest directory.
+    pub fn join(
+        registry: &Registry,
+        api: &apiserver::ApiServer,
+        node: &str,
+        extra: &[&str],
+    ) -> Agent {
+        let kubeconfig = api.dir.join(format!("{node}.kubeconfig"));
+        let text = run(Command::new(apiserver::binary())
+            .args(["node-kubeconfig", node, "--dir"])
+            .arg(&api.dir));
+        fs::write(&kubeconfig, text + "\n").unwrap();
+        let port = free_port().to_string();
+        let mut args = vec![
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--hostname-override",
+            node,
+            "--node-ip",
+            "127.0.0.1",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            &port,
+        ];
+        args.extend_from_slice(extra);
+        Self::start_with(registry, &args)
     }
 
     pub fn spawn(&mut self) {
@@ -442,6 +474,14 @@ impl Drop for Agent {
             remove_cgroup_tree(&root);
         }
     }
+}
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
 }
 
 pub fn pod_yaml(name: &str, extra_spec: &str, containers: &str) -> String {

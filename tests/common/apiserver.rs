@@ -1,0 +1,188 @@
+//! The test API server as a fixture, shared by its own tests and
+//! nanolet's cluster tests: started on free loopback ports, driven with the
+//! real kubectl and curl, killed and removed when dropped.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+/// The test-apiserver binary: Cargo's own path in its crate's tests; next
+/// to nanolet's binary elsewhere (`cargo test --workspace` builds both).
+pub fn binary() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_test-apiserver") {
+        return PathBuf::from(path);
+    }
+    let nanolet = PathBuf::from(option_env!("CARGO_BIN_EXE_nanolet").unwrap_or("nanolet"));
+    let path = nanolet.with_file_name("test-apiserver");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build -p test-apiserver` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+pub struct ApiServer {
+    pub dir: PathBuf,
+    pub url: String,
+    pub admin: String,
+    pub token: String,
+    child: Child,
+}
+
+impl ApiServer {
+    pub fn start() -> ApiServer {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(args: &[&str]) -> ApiServer {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "test-apiserver-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = Command::new(binary())
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--bookmark-interval",
+                "1",
+            ])
+            .args(args)
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        ApiServer {
+            url: read("server"),
+            admin: read("admin"),
+            token: read("admin.token"),
+            dir,
+            child,
+        }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.unwrap_or("").as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    pub fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, out, err) = self.kubectl(args, stdin);
+        assert!(ok, "kubectl {args:?}: {err}{out}");
+        out
+    }
+
+    /// A raw request as the admin (bearer token): (status, body).
+    pub fn call(&self, method: &str, path: &str, body: Option<(&str, &Value)>) -> (u16, Value) {
+        self.call_as(Some(&self.token), method, path, body)
+    }
+
+    pub fn call_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &Value)>,
+    ) -> (u16, Value) {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-w", "\n%{http_code}", "--cacert"])
+            .arg(self.dir.join("ca.crt"))
+            .args(["-X", method]);
+        if let Some(t) = token {
+            cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        if let Some((content_type, value)) = body {
+            cmd.args([
+                "-H",
+                &format!("Content-Type: {content_type}"),
+                "--data-binary",
+                &value.to_string(),
+            ]);
+        }
+        let out = cmd.arg(format!("{}{path}", self.url)).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (
+            code.parse().unwrap(),
+            serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())),
+        )
+    }
+
+    pub fn admin(&self, method: &str, path: &str) -> String {
+        let out = Command::new("curl")
+            .args(["-s", "-X", method, &format!("{}{path}", self.admin)])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A watch, read to its end (it must end by itself: timeoutSeconds).
+    pub fn watch(&self, path: &str) -> Vec<Value> {
+        let out = Command::new("curl")
+            .args(["-s", "-N", "--max-time", "20", "--cacert"])
+            .arg(self.dir.join("ca.crt"))
+            .args(["-H", &format!("Authorization: Bearer {}", self.token)])
+            .arg(format!("{}{path}", self.url))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
