@@ -49,6 +49,23 @@ pub fn overlay(
     })
 }
 
+/// Mounts a fresh tmpfs on `target` (which must exist): volumes whose
+/// content must never reach persistent storage (Secrets, tokens).
+pub fn tmpfs(target: &Path) -> Result<(), MountError> {
+    mount(
+        Some("tmpfs"),
+        target,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755"),
+    )
+    .map_err(|e| MountError {
+        what: "mounting tmpfs on",
+        path: target.to_owned(),
+        source: e,
+    })
+}
+
 /// Bind-mounts `source` on `target` (which must exist).
 pub fn bind(source: &Path, target: &Path) -> Result<(), MountError> {
     mount(

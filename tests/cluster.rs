@@ -197,3 +197,112 @@ fn node_registers_runs_pods_and_deletes_them() {
     let left = api.kubectl_ok(&["get", "pods", "-o", "name"], None);
     assert_eq!(left.trim(), "", "{left}");
 }
+
+#[test]
+fn volumes_and_environment_from_the_api_server() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-2", &[]);
+    let script = "echo G=$GREETING P=$(PASS) N=$POD_NAME M=$MEM H=$HOST; cat /etc/cfg/greeting /etc/sec/password /etc/info/labels; echo; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; wc -c < /var/run/secrets/kubernetes.io/serviceaccount/ca.crt; cut -d. -f1 /var/run/secrets/kubernetes.io/serviceaccount/token; stat -c %a /etc/sec/..data/password; sleep 3600";
+    // The pod keeps its default service account token volume.
+    let manifests = format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {{name: cfg}}
+data: {{greeting: hello}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: sec}}
+stringData: {{password: hunter2}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: vols, labels: {{app: v}}}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {image}
+    command: ["sh", "-c", {script:?}]
+    resources: {{limits: {{memory: 64Mi}}}}
+    env:
+    - {{name: GREETING, valueFrom: {{configMapKeyRef: {{name: cfg, key: greeting}}}}}}
+    - {{name: PASS, valueFrom: {{secretKeyRef: {{name: sec, key: password}}}}}}
+    - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+    - {{name: HOST, valueFrom: {{fieldRef: {{fieldPath: status.hostIP}}}}}}
+    - {{name: MEM, valueFrom: {{resourceFieldRef: {{resource: limits.memory, divisor: 1Mi}}}}}}
+    volumeMounts:
+    - {{name: cfg, mountPath: /etc/cfg}}
+    - {{name: sec, mountPath: /etc/sec}}
+    - {{name: info, mountPath: /etc/info}}
+  volumes:
+  - {{name: cfg, configMap: {{name: cfg}}}}
+  - {{name: sec, secret: {{secretName: sec, defaultMode: 0400}}}}
+  - {{name: info, downwardAPI: {{items: [{{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}]}}}}
+"#
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifests));
+    let log = wait(&agent, "the pod's output", T, || {
+        let dir = std::fs::read_dir(&agent.logs)
+            .ok()?
+            .flatten()
+            .next()?
+            .path();
+        let text = std::fs::read_to_string(dir.join("main/0.log")).ok()?;
+        text.contains("400").then_some(text)
+    });
+    let lines: Vec<&str> = log
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap_or(""))
+        .collect();
+    assert_eq!(
+        lines[0], "G=hello P=hunter2 N=vols M=64 H=127.0.0.1",
+        "{log}"
+    );
+    assert_eq!(lines[1], "hellohunter2app=\"v\"", "{log}");
+    assert_eq!(lines[2], "default", "{log}");
+    let ca_len: usize = lines[3].trim().parse().unwrap();
+    let ca = std::fs::read(api.dir.join("ca.crt")).unwrap();
+    assert_eq!(ca_len, ca.len(), "{log}");
+    // The token is a JWT from the TokenRequest API (its header part).
+    assert!(lines[4].starts_with("eyJ"), "{log}");
+    assert_eq!(lines[5], "400", "{log}");
+    // Secret volumes live on tmpfs, and the checkpoint is root-only.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        mounts.lines().any(|l| l.starts_with("tmpfs ")
+            && l.contains(&*agent.state.to_string_lossy())
+            && l.contains("/volumes/sec ")),
+        "{mounts}"
+    );
+    let pod_dir = std::fs::read_dir(agent.state.join("pods"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(pod_dir.join("objects.json"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(
+        !agent.log().contains("hunter2"),
+        "a secret reached the agent's log"
+    );
+
+    // A missing ConfigMap keeps the container waiting with the reason.
+    let missing = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: missing}}\nspec:\n  automountServiceAccountToken: false\n  containers:\n  - name: main\n    image: {image}\n    command: [sleep, '3600']\n    env:\n    - {{name: X, valueFrom: {{configMapKeyRef: {{name: nope, key: k}}}}}}\n"
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&missing));
+    wait(&agent, "CreateContainerConfigError", T, || {
+        (phase_and_reason(&api, "missing")?.1 == "CreateContainerConfigError").then_some(())
+    });
+    let p = get(&api, &["get", "pod", "missing"]).unwrap();
+    let message = p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].clone();
+    assert_eq!(message, "configmap \"nope\" not found");
+}

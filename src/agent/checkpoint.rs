@@ -4,7 +4,10 @@
 //!   so that it can be adopted (or cleaned up) after a restart or a reboot;
 //! - `containers.json`: each container's current instance, restart count and
 //!   last termination, so that restarts count on and exits are not lost;
-//! - `status.json`: the pod's status, for `nanolet pods` and `nanolet logs`.
+//! - `status.json`: the pod's status, for `nanolet pods` and `nanolet logs`;
+//! - `objects.json`: the ConfigMaps, Secrets and tokens the pod reads, so it
+//!   can start after a reboot without the API server (mode 0600: the only
+//!   place Secrets are kept on persistent storage).
 
 use std::path::{Path, PathBuf};
 
@@ -12,12 +15,14 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1 as core;
 use serde::{Deserialize, Serialize};
 
+use crate::pod::objects::PodObjects;
 use crate::pod::status::ContainerView;
 use crate::state::{self, Durability, StateError};
 
 pub const POD_FILE: &str = "pod.json";
 pub const CONTAINERS_FILE: &str = "containers.json";
 pub const STATUS_FILE: &str = "status.json";
+pub const OBJECTS_FILE: &str = "objects.json";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -75,6 +80,19 @@ pub fn write_containers(pod_dir: &Path, records: &[ContainerRecord]) -> Result<(
         &records,
         0o600,
         Durability::ProcessCrash,
+    )
+}
+
+pub fn read_objects(pod_dir: &Path) -> Result<Option<PodObjects>, StateError> {
+    state::read_json(&pod_dir.join(OBJECTS_FILE))
+}
+
+pub fn write_objects(pod_dir: &Path, objects: &PodObjects) -> Result<(), StateError> {
+    state::write_json(
+        &pod_dir.join(OBJECTS_FILE),
+        objects,
+        0o600,
+        Durability::PowerLoss,
     )
 }
 

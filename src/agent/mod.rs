@@ -5,6 +5,7 @@
 pub mod api_source;
 pub mod checkpoint;
 pub mod node;
+pub mod objects;
 pub mod sources;
 pub mod status;
 pub mod worker;
@@ -58,6 +59,8 @@ pub struct Context {
     pub host_ip: Option<std::net::IpAddr>,
     /// Cluster mode: where API pods' statuses go.
     pub status_manager: Option<Rc<StatusManager>>,
+    /// Cluster mode: ConfigMaps, Secrets and tokens for pods.
+    pub objects: Option<objects::ObjectSource>,
 }
 
 struct WorkerHandle {
@@ -151,6 +154,9 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         memory_capacity: crate::cgroup::memory_capacity(),
         host_ip,
         status_manager: cluster.as_ref().map(|c| c.3.clone()),
+        objects: cluster
+            .as_ref()
+            .map(|c| objects::ObjectSource::new(c.0.clone())),
         runtime,
         layout,
         config,

@@ -54,8 +54,6 @@ impl NodeFacts {
         let kernel_version = nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default();
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64;
         NodeFacts {
             machine_id: read_trimmed("/etc/machine-id"),
             system_uuid: read_trimmed("/sys/class/dmi/id/product_uuid").to_lowercase(),
@@ -64,11 +62,16 @@ impl NodeFacts {
             os_image,
             runtime_version,
             architecture: ctx.images.architecture().to_owned(),
-            cpus,
+            cpus: online_cpus(),
             memory: ctx.memory_capacity,
             internal_ip: ctx.host_ip,
         }
     }
+}
+
+fn online_cpus() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64
 }
 
 /// The IPv4 address of the interface the default route leaves by, as the
@@ -155,6 +158,26 @@ fn condition(
     }
 }
 
+/// What kubeReserved and systemReserved hold back of a resource.
+fn reserved(config: &crate::config::Config, name: &str) -> i64 {
+    config.kube_reserved.get(name).copied().unwrap_or(0)
+        + config.system_reserved.get(name).copied().unwrap_or(0)
+}
+
+/// Allocatable CPU (millicores) and memory: capacity less reservations
+/// and the hard eviction threshold, floored at zero.
+pub fn allocatable(ctx: &Context) -> (u64, u64) {
+    let config = &ctx.config;
+    let reserved = |name: &str| reserved(config, name);
+    let memory = ctx.memory_capacity;
+    let cpu = (online_cpus() as i64 * 1000 - reserved("cpu")).max(0) as u64;
+    let memory = (memory as i64
+        - reserved("memory")
+        - threshold(ctx, "memory.available", memory).unwrap_or(0) as i64)
+        .max(0) as u64;
+    (cpu, memory)
+}
+
 /// The node's status now. Pressure conditions compare the eviction
 /// signals with the hard thresholds; the transition period and eviction
 /// itself are not done yet.
@@ -171,17 +194,9 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
     // No huge pages are set up for pods; upstream reports them as 0 too.
     capacity.insert("hugepages-1Gi", "0".into());
     capacity.insert("hugepages-2Mi", "0".into());
-    let reserved = |name: &str| {
-        config.kube_reserved.get(name).copied().unwrap_or(0)
-            + config.system_reserved.get(name).copied().unwrap_or(0)
-    };
+    let reserved = |name: &str| reserved(config, name);
     let floor = |v: i64| v.max(0) as u64;
-    let cpu_alloc = floor(facts.cpus as i64 * 1000 - reserved("cpu"));
-    let mem_alloc = floor(
-        facts.memory as i64
-            - reserved("memory")
-            - threshold(ctx, "memory.available", facts.memory).unwrap_or(0) as i64,
-    );
+    let (cpu_alloc, mem_alloc) = allocatable(ctx);
     let storage_alloc = floor(
         storage as i64
             - reserved("ephemeral-storage")

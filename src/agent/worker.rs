@@ -14,10 +14,14 @@ use smol::channel::{Receiver, Sender};
 
 use super::Context;
 use super::checkpoint::{self, Checkpoint, ContainerRecord, PodRecord};
+use super::objects::Kind;
 use crate::image::ImageError;
 use crate::pod::backoff::Backoff;
+use crate::pod::env::{self, Downward};
+use crate::pod::objects::{PodObjects, references, token_key};
 use crate::pod::status::{self, ContainerView, Lifecycle, Terminated};
-use crate::pod::{Container, Pod, RestartPolicy};
+use crate::pod::volumes;
+use crate::pod::{Container, Pod, ProjectionSource, RestartPolicy, VolumeSource};
 use crate::runtime::monitor_client::{self, MonitorConnection, MonitorEvent};
 use crate::runtime::protocol::Exit;
 use crate::runtime::spec::{self, PodPaths, SpecInput};
@@ -62,7 +66,15 @@ pub struct Worker {
     /// The last status written, to skip unchanged writes.
     last_status: Option<k8s_openapi::api::core::v1::PodStatus>,
     sandbox_backoff: Backoff,
+    /// The API objects its volumes and environment read.
+    objects: PodObjects,
+    /// When volumes were last written; they are refreshed every minute.
+    volumes_written: Option<Instant>,
 }
+
+/// How often volumes fed by the API server are brought up to date (the
+/// upstream kubelet resyncs pods every minute).
+const VOLUME_REFRESH: Duration = Duration::from_secs(60);
 
 enum Wake {
     Control(Option<Control>),
@@ -107,6 +119,10 @@ impl Worker {
             })
             .collect();
         let (exits_tx, exits_rx) = smol::channel::unbounded();
+        let objects = checkpoint::read_objects(&dir)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         Worker {
             ctx,
             pod,
@@ -123,6 +139,8 @@ impl Worker {
             stopped: false,
             last_status: None,
             sandbox_backoff: Backoff::default(),
+            objects,
+            volumes_written: None,
         }
     }
 
@@ -135,6 +153,9 @@ impl Worker {
         loop {
             if self.terminating {
                 self.terminate().await;
+                if let Some(objects) = &self.ctx.objects {
+                    objects.release(&self.pod.uid);
+                }
                 return;
             }
             // A pod deleted while it pulls a large image over a slow link
@@ -275,7 +296,128 @@ impl Worker {
     }
 
     fn next_wake(&self) -> Option<Instant> {
-        self.containers.iter().filter_map(|c| c.retry_at).min()
+        let refresh = self
+            .volumes_written
+            .filter(|_| self.has_api_volumes())
+            .map(|t| t + VOLUME_REFRESH);
+        self.containers
+            .iter()
+            .filter_map(|c| c.retry_at)
+            .chain(refresh)
+            .min()
+    }
+
+    fn has_api_volumes(&self) -> bool {
+        self.pod.volumes.iter().any(|v| {
+            matches!(&v.source, VolumeSource::Projected(p)
+                if p.sources.iter().any(|s| !matches!(s, ProjectionSource::DownwardApi { .. })))
+        })
+    }
+
+    fn downward(&self) -> Downward {
+        let (node_cpu_milli, node_memory) = super::node::allocatable(&self.ctx);
+        let host_ip = self.ctx.host_ip.map(|ip| ip.to_string());
+        Downward {
+            node_name: self.ctx.config.node_name.clone(),
+            pod_ips: host_ip
+                .clone()
+                .filter(|_| self.pod.host_network)
+                .into_iter()
+                .collect(),
+            host_ip,
+            node_cpu_milli,
+            node_memory,
+        }
+    }
+
+    /// Brings the ConfigMaps, Secrets and tokens the pod reads up to date.
+    /// Without the API server the checkpointed copies stay in use.
+    async fn refresh_objects(&mut self) -> Result<(), String> {
+        let refs = references(&self.pod);
+        if refs.is_empty() {
+            return Ok(());
+        }
+        let Some(source) = &self.ctx.objects else {
+            return Err(
+                "ConfigMaps, Secrets and service account tokens need the API server".into(),
+            );
+        };
+        let (uid, namespace) = (self.pod.uid.clone(), self.pod.namespace.clone());
+        let mut objects = self.objects.clone();
+        let mut failure = None;
+        for (kind, names) in [
+            (Kind::ConfigMap, &refs.config_maps),
+            (Kind::Secret, &refs.secrets),
+        ] {
+            for name in names {
+                match source.get(&uid, kind, &namespace, name).await {
+                    Ok(data) => {
+                        let map = match kind {
+                            Kind::ConfigMap => &mut objects.config_maps,
+                            Kind::Secret => &mut objects.secrets,
+                        };
+                        map.insert(name.clone(), data);
+                    }
+                    Err(e) => failure = Some(e),
+                }
+            }
+        }
+        let now = Timestamp::now();
+        for spec in &refs.tokens {
+            let key = token_key(spec);
+            if objects
+                .tokens
+                .get(&key)
+                .is_none_or(|t| t.needs_refresh(now))
+            {
+                match source.token(&self.pod, spec).await {
+                    Ok(token) => {
+                        objects.tokens.insert(key, token);
+                    }
+                    Err(e) => failure = Some(e),
+                }
+            }
+        }
+        if let Some(e) = failure
+            && !e.is_unavailable()
+        {
+            log::warn!("pod {}: {e}", self.pod.full_name());
+        }
+        if objects != self.objects {
+            let dir = self.dir.clone();
+            let saved = objects.clone();
+            if let Err(e) = smol::unblock(move || checkpoint::write_objects(&dir, &saved)).await {
+                log::error!("pod {}: {e}", self.pod.full_name());
+            }
+            self.objects = objects;
+        }
+        Ok(())
+    }
+
+    /// Writes the volumes nanolet fills itself (tmpfs, small files).
+    async fn prepare_volumes(&mut self) -> Result<(), String> {
+        self.refresh_objects().await?;
+        let downward = self.downward();
+        let Some(paths) = &self.paths else {
+            return Err("no sandbox".into());
+        };
+        for volume in &self.pod.volumes {
+            let VolumeSource::Projected(projection) = &volume.source else {
+                continue;
+            };
+            let Some((_, dir)) = paths.volumes.iter().find(|(n, _)| *n == volume.name) else {
+                continue;
+            };
+            let files =
+                volumes::project(&self.pod, projection, &self.objects, &downward).map_err(|e| {
+                    format!("MountVolume.SetUp failed for volume {:?}: {e}", volume.name)
+                })?;
+            volumes::write_atomically(dir, &files).map_err(|e| {
+                format!("MountVolume.SetUp failed for volume {:?}: {e}", volume.name)
+            })?;
+        }
+        self.volumes_written = Some(Instant::now());
+        Ok(())
     }
 
     async fn wait(&self, until: Option<Instant>) -> Wake {
@@ -404,9 +546,32 @@ impl Worker {
         // A pod with nothing (more) to run needs no sandbox or monitor, for
         // instance a completed one adopted after a restart.
         if !to_start.is_empty() && self.ensure_sandbox().await {
-            for i in to_start {
-                self.start_container(i).await;
+            match self.prepare_volumes().await {
+                Ok(()) => {
+                    for i in to_start {
+                        self.start_container(i).await;
+                    }
+                }
+                Err(message) => {
+                    log::warn!("pod {}: {message}", self.pod.full_name());
+                    for i in to_start {
+                        let c = &mut self.containers[i];
+                        if c.record.view.terminated.is_none() {
+                            c.record.view.waiting =
+                                Some(("ContainerCreating".into(), message.clone()));
+                        }
+                        c.retry_at = Some(now + Duration::from_secs(5));
+                    }
+                }
             }
+        } else if self.paths.is_some()
+            && self.has_api_volumes()
+            && self
+                .volumes_written
+                .is_none_or(|t| t + VOLUME_REFRESH <= now)
+            && let Err(message) = self.prepare_volumes().await
+        {
+            log::warn!("pod {}: {message}", self.pod.full_name());
         }
         self.save_containers();
     }
@@ -458,6 +623,18 @@ impl Worker {
             }
         };
 
+        let env = match env::resolve(&self.pod, &spec_container, &self.objects, &self.downward()) {
+            Ok(env) => env,
+            Err(e) => {
+                log::warn!(
+                    "pod {}: container {}: {e}",
+                    self.pod.full_name(),
+                    spec_container.name
+                );
+                self.setup_failed(i, "CreateContainerConfigError", e.to_string());
+                return;
+            }
+        };
         let id = crate::state::random_hex();
         let bundle = Bundle::new(&self.dir, &id);
         let qos = self.pod.qos;
@@ -474,6 +651,7 @@ impl Worker {
             let spec = spec::build(&SpecInput {
                 pod: &self.pod,
                 container: &spec_container,
+                env: &env,
                 image: &image.config,
                 rootfs: &rootfs,
                 paths,

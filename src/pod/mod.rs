@@ -3,9 +3,12 @@
 //! written, naming the field, instead of running the pod differently.
 
 pub mod backoff;
+pub mod env;
 pub mod manifest;
+pub mod objects;
 pub mod status;
 mod validate;
+pub mod volumes;
 
 use std::time::Duration;
 
@@ -77,7 +80,8 @@ pub struct Container {
     pub pull_policy: PullPolicy,
     pub command: Vec<String>,
     pub args: Vec<String>,
-    pub env: Vec<(String, String)>,
+    pub env: Vec<EnvVar>,
+    pub env_from: Vec<EnvFrom>,
     pub working_dir: Option<String>,
     pub run_as_user: Option<u32>,
     pub run_as_group: Option<u32>,
@@ -86,6 +90,51 @@ pub struct Container {
     pub no_new_privileges: bool,
     pub resources: Resources,
     pub mounts: Vec<VolumeMount>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: EnvValue,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvValue {
+    /// A literal value; `$(VAR)` references are expanded at start.
+    Literal(String),
+    ConfigMapKey {
+        name: String,
+        key: String,
+        optional: bool,
+    },
+    SecretKey {
+        name: String,
+        key: String,
+        optional: bool,
+    },
+    /// A downward API field path (`metadata.name`, `status.hostIP`, ...).
+    Field(String),
+    Resource(ResourceRef),
+}
+
+/// `resourceFieldRef`: a container's request or limit, in units of
+/// `divisor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceRef {
+    /// The container; `None` in env, where it is the container itself.
+    pub container: Option<String>,
+    /// `limits.cpu`, `requests.memory`, ...
+    pub resource: String,
+    pub divisor: String,
+}
+
+/// `envFrom`: every key of a ConfigMap or Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvFrom {
+    pub secret: bool,
+    pub name: String,
+    pub prefix: String,
+    pub optional: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -104,6 +153,60 @@ pub enum VolumeSource {
         path: String,
         kind: HostPathKind,
     },
+    /// Files nanolet writes from ConfigMaps, Secrets, the downward API
+    /// and service account tokens (the configMap, secret, downwardAPI and
+    /// projected volume types), on tmpfs.
+    Projected(Projection),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Projection {
+    pub sources: Vec<ProjectionSource>,
+    /// File mode where an item sets none (defaultMode, 0644 by default).
+    pub default_mode: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProjectionSource {
+    ConfigMap {
+        name: String,
+        /// Empty: every key, as a file named after it.
+        items: Vec<KeyToPath>,
+        optional: bool,
+    },
+    Secret {
+        name: String,
+        items: Vec<KeyToPath>,
+        optional: bool,
+    },
+    DownwardApi {
+        items: Vec<DownwardFile>,
+    },
+    ServiceAccountToken {
+        audience: Option<String>,
+        expiration_seconds: i64,
+        path: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyToPath {
+    pub key: String,
+    pub path: String,
+    pub mode: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownwardFile {
+    pub path: String,
+    pub value: DownwardValue,
+    pub mode: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DownwardValue {
+    Field(String),
+    Resource(ResourceRef),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

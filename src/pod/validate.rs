@@ -87,7 +87,30 @@ const CONTAINER: &[(&str, Shape)] = &[
     ("imagePullPolicy", Leaf),
     ("command", Any),
     ("args", Any),
-    ("env", ListOf(&[("name", Leaf), ("value", Leaf)])),
+    (
+        "env",
+        ListOf(&[
+            ("name", Leaf),
+            ("value", Leaf),
+            (
+                "valueFrom",
+                Object(&[
+                    ("fieldRef", Object(FIELD_REF)),
+                    ("resourceFieldRef", Object(RESOURCE_REF)),
+                    ("configMapKeyRef", Object(KEY_REF)),
+                    ("secretKeyRef", Object(KEY_REF)),
+                ]),
+            ),
+        ]),
+    ),
+    (
+        "envFrom",
+        ListOf(&[
+            ("prefix", Leaf),
+            ("configMapRef", Object(OBJECT_REF)),
+            ("secretRef", Object(OBJECT_REF)),
+        ]),
+    ),
     ("workingDir", Leaf),
     (
         "ports",
@@ -113,10 +136,79 @@ const CONTAINER: &[(&str, Shape)] = &[
     ("tty", Leaf),
 ];
 
+const FIELD_REF: &[(&str, Shape)] = &[("apiVersion", Leaf), ("fieldPath", Leaf)];
+const RESOURCE_REF: &[(&str, Shape)] = &[
+    ("containerName", Leaf),
+    ("resource", Leaf),
+    ("divisor", Leaf),
+];
+const KEY_REF: &[(&str, Shape)] = &[("name", Leaf), ("key", Leaf), ("optional", Leaf)];
+const OBJECT_REF: &[(&str, Shape)] = &[("name", Leaf), ("optional", Leaf)];
+const KEY_TO_PATH: &[(&str, Shape)] = &[("key", Leaf), ("path", Leaf), ("mode", Leaf)];
+const DOWNWARD_ITEM: &[(&str, Shape)] = &[
+    ("path", Leaf),
+    ("fieldRef", Object(FIELD_REF)),
+    ("resourceFieldRef", Object(RESOURCE_REF)),
+    ("mode", Leaf),
+];
+const PROJECTION: &[(&str, Shape)] = &[
+    (
+        "configMap",
+        Object(&[
+            ("name", Leaf),
+            ("items", ListOf(KEY_TO_PATH)),
+            ("optional", Leaf),
+        ]),
+    ),
+    (
+        "secret",
+        Object(&[
+            ("name", Leaf),
+            ("items", ListOf(KEY_TO_PATH)),
+            ("optional", Leaf),
+        ]),
+    ),
+    ("downwardAPI", Object(&[("items", ListOf(DOWNWARD_ITEM))])),
+    (
+        "serviceAccountToken",
+        Object(&[
+            ("audience", Leaf),
+            ("expirationSeconds", Leaf),
+            ("path", Leaf),
+        ]),
+    ),
+];
+
 const VOLUME: &[(&str, Shape)] = &[
     ("name", Leaf),
     ("emptyDir", Object(&[("medium", Leaf), ("sizeLimit", Leaf)])),
     ("hostPath", Object(&[("path", Leaf), ("type", Leaf)])),
+    (
+        "configMap",
+        Object(&[
+            ("name", Leaf),
+            ("items", ListOf(KEY_TO_PATH)),
+            ("defaultMode", Leaf),
+            ("optional", Leaf),
+        ]),
+    ),
+    (
+        "secret",
+        Object(&[
+            ("secretName", Leaf),
+            ("items", ListOf(KEY_TO_PATH)),
+            ("defaultMode", Leaf),
+            ("optional", Leaf),
+        ]),
+    ),
+    (
+        "downwardAPI",
+        Object(&[("items", ListOf(DOWNWARD_ITEM)), ("defaultMode", Leaf)]),
+    ),
+    (
+        "projected",
+        Object(&[("sources", ListOf(PROJECTION)), ("defaultMode", Leaf)]),
+    ),
 ];
 
 const SPEC: &[(&str, Shape)] = &[
@@ -387,44 +479,51 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
                 format!("duplicate name {:?}", v.name),
             ));
         }
-        let source = match (&v.empty_dir, &v.host_path) {
-            (Some(empty), None) => {
-                if empty.medium.as_deref().is_some_and(|m| !m.is_empty()) {
-                    return Err(unsupported(format!("{field}.emptyDir.medium")));
-                }
-                if empty.size_limit.is_some() {
-                    return Err(unsupported(format!("{field}.emptyDir.sizeLimit")));
-                }
-                VolumeSource::EmptyDir
+        let kinds = [
+            v.empty_dir.is_some(),
+            v.host_path.is_some(),
+            v.config_map.is_some(),
+            v.secret.is_some(),
+            v.downward_api.is_some(),
+            v.projected.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return Err(invalid(
+                &field,
+                "exactly one of emptyDir, hostPath, configMap, secret, downwardAPI or projected is required",
+            ));
+        }
+        let source = if let Some(empty) = &v.empty_dir {
+            if empty.medium.as_deref().is_some_and(|m| !m.is_empty()) {
+                return Err(unsupported(format!("{field}.emptyDir.medium")));
             }
-            (None, Some(host)) => {
-                if !host.path.starts_with('/') {
-                    return Err(invalid(
-                        format!("{field}.hostPath.path"),
-                        "must be absolute",
-                    ));
-                }
-                let kind = match host.type_.as_deref() {
-                    None | Some("") => HostPathKind::Unchecked,
-                    Some("Directory") => HostPathKind::Directory,
-                    Some("DirectoryOrCreate") => HostPathKind::DirectoryOrCreate,
-                    Some("File") => HostPathKind::File,
-                    Some("FileOrCreate") => HostPathKind::FileOrCreate,
-                    Some(other) => {
-                        return Err(unsupported(format!("{field}.hostPath.type={other}")));
-                    }
-                };
-                VolumeSource::HostPath {
-                    path: host.path.clone(),
-                    kind,
-                }
+            if empty.size_limit.is_some() {
+                return Err(unsupported(format!("{field}.emptyDir.sizeLimit")));
             }
-            _ => {
+            VolumeSource::EmptyDir
+        } else if let Some(host) = &v.host_path {
+            if !host.path.starts_with('/') {
                 return Err(invalid(
-                    &field,
-                    "exactly one of emptyDir or hostPath is required",
+                    format!("{field}.hostPath.path"),
+                    "must be absolute",
                 ));
             }
+            let kind = match host.type_.as_deref() {
+                None | Some("") => HostPathKind::Unchecked,
+                Some("Directory") => HostPathKind::Directory,
+                Some("DirectoryOrCreate") => HostPathKind::DirectoryOrCreate,
+                Some("File") => HostPathKind::File,
+                Some("FileOrCreate") => HostPathKind::FileOrCreate,
+                Some(other) => {
+                    return Err(unsupported(format!("{field}.hostPath.type={other}")));
+                }
+            };
+            VolumeSource::HostPath {
+                path: host.path.clone(),
+                kind,
+            }
+        } else {
+            VolumeSource::Projected(projection(v, &field)?)
         };
         out.push(Volume {
             name: v.name.clone(),
@@ -432,6 +531,195 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
         });
     }
     Ok(out)
+}
+
+/// File modes are 0–0777, as the API server validates them.
+fn mode(field: &str, mode: Option<i32>) -> Result<Option<u32>, PodError> {
+    match mode {
+        None => Ok(None),
+        Some(m) if (0..=0o777).contains(&m) => Ok(Some(m as u32)),
+        Some(_) => Err(invalid(field, "must be between 0 and 0777")),
+    }
+}
+
+/// A relative path inside a volume: no `..` element, not absolute.
+fn item_path(field: &str, path: &str) -> Result<String, PodError> {
+    if path.is_empty() || path.starts_with('/') || path.split('/').any(|p| p == "..") {
+        return Err(invalid(field, "must be a relative path without '..'"));
+    }
+    if path.starts_with("..") {
+        return Err(invalid(field, "must not start with '..'"));
+    }
+    Ok(path.to_owned())
+}
+
+fn key_to_paths(
+    field: &str,
+    items: Option<&Vec<core::KeyToPath>>,
+) -> Result<Vec<KeyToPath>, PodError> {
+    items
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, item)| {
+            Ok(KeyToPath {
+                key: item.key.clone(),
+                path: item_path(&format!("{field}.items[{i}].path"), &item.path)?,
+                mode: mode(&format!("{field}.items[{i}].mode"), item.mode)?,
+            })
+        })
+        .collect()
+}
+
+fn resource_ref(field: &str, r: &core::ResourceFieldSelector) -> Result<ResourceRef, PodError> {
+    match r.resource.as_str() {
+        "limits.cpu" | "requests.cpu" | "limits.memory" | "requests.memory" => {}
+        other => return Err(unsupported(format!("{field}.resource={other}"))),
+    }
+    let divisor = r.divisor.as_ref().map_or("1".to_owned(), |d| d.0.clone());
+    if quantity::parse_milli(&divisor).map_or(true, |d| d == 0) {
+        return Err(invalid(
+            format!("{field}.divisor"),
+            format!("{divisor:?} is not a valid divisor"),
+        ));
+    }
+    Ok(ResourceRef {
+        container: r.container_name.clone().filter(|c| !c.is_empty()),
+        resource: r.resource.clone(),
+        divisor,
+    })
+}
+
+fn downward_items(
+    field: &str,
+    items: Option<&Vec<core::DownwardAPIVolumeFile>>,
+) -> Result<Vec<DownwardFile>, PodError> {
+    let mut out = Vec::new();
+    for (i, item) in items.into_iter().flatten().enumerate() {
+        let ifield = format!("{field}.items[{i}]");
+        let value = match (&item.field_ref, &item.resource_field_ref) {
+            (Some(f), None) => {
+                let path = f.field_path.as_str();
+                let allowed = matches!(
+                    path,
+                    "metadata.name"
+                        | "metadata.namespace"
+                        | "metadata.uid"
+                        | "metadata.labels"
+                        | "metadata.annotations"
+                ) || path.starts_with("metadata.labels['")
+                    || path.starts_with("metadata.annotations['");
+                if !allowed {
+                    return Err(unsupported(format!("{ifield}.fieldRef.fieldPath={path}")));
+                }
+                DownwardValue::Field(path.to_owned())
+            }
+            (None, Some(r)) => {
+                if r.container_name.as_deref().is_none_or(str::is_empty) {
+                    return Err(invalid(
+                        format!("{ifield}.resourceFieldRef.containerName"),
+                        "required",
+                    ));
+                }
+                DownwardValue::Resource(resource_ref(&format!("{ifield}.resourceFieldRef"), r)?)
+            }
+            _ => {
+                return Err(invalid(
+                    &ifield,
+                    "exactly one of fieldRef or resourceFieldRef is required",
+                ));
+            }
+        };
+        out.push(DownwardFile {
+            path: item_path(&format!("{ifield}.path"), &item.path)?,
+            value,
+            mode: mode(&format!("{ifield}.mode"), item.mode)?,
+        });
+    }
+    Ok(out)
+}
+
+/// configMap, secret, downwardAPI and projected volumes, as one shape.
+fn projection(v: &core::Volume, field: &str) -> Result<Projection, PodError> {
+    let mut sources = Vec::new();
+    let default_mode;
+    if let Some(cm) = &v.config_map {
+        default_mode = mode(&format!("{field}.configMap.defaultMode"), cm.default_mode)?;
+        sources.push(ProjectionSource::ConfigMap {
+            name: cm.name.clone(),
+            items: key_to_paths(&format!("{field}.configMap"), cm.items.as_ref())?,
+            optional: cm.optional.unwrap_or(false),
+        });
+    } else if let Some(secret) = &v.secret {
+        default_mode = mode(&format!("{field}.secret.defaultMode"), secret.default_mode)?;
+        let name = secret.secret_name.clone().unwrap_or_default();
+        if name.is_empty() {
+            return Err(invalid(format!("{field}.secret.secretName"), "required"));
+        }
+        sources.push(ProjectionSource::Secret {
+            name,
+            items: key_to_paths(&format!("{field}.secret"), secret.items.as_ref())?,
+            optional: secret.optional.unwrap_or(false),
+        });
+    } else if let Some(downward) = &v.downward_api {
+        default_mode = mode(
+            &format!("{field}.downwardAPI.defaultMode"),
+            downward.default_mode,
+        )?;
+        sources.push(ProjectionSource::DownwardApi {
+            items: downward_items(&format!("{field}.downwardAPI"), downward.items.as_ref())?,
+        });
+    } else if let Some(projected) = &v.projected {
+        default_mode = mode(
+            &format!("{field}.projected.defaultMode"),
+            projected.default_mode,
+        )?;
+        for (i, s) in projected.sources.iter().flatten().enumerate() {
+            let sfield = format!("{field}.projected.sources[{i}]");
+            if let Some(cm) = &s.config_map {
+                sources.push(ProjectionSource::ConfigMap {
+                    name: cm.name.clone(),
+                    items: key_to_paths(&format!("{sfield}.configMap"), cm.items.as_ref())?,
+                    optional: cm.optional.unwrap_or(false),
+                });
+            } else if let Some(secret) = &s.secret {
+                sources.push(ProjectionSource::Secret {
+                    name: secret.name.clone(),
+                    items: key_to_paths(&format!("{sfield}.secret"), secret.items.as_ref())?,
+                    optional: secret.optional.unwrap_or(false),
+                });
+            } else if let Some(downward) = &s.downward_api {
+                sources.push(ProjectionSource::DownwardApi {
+                    items: downward_items(
+                        &format!("{sfield}.downwardAPI"),
+                        downward.items.as_ref(),
+                    )?,
+                });
+            } else if let Some(token) = &s.service_account_token {
+                let expiration_seconds = token.expiration_seconds.unwrap_or(3600);
+                // The API server's own bounds.
+                if !(600..=1 << 32).contains(&expiration_seconds) {
+                    return Err(invalid(
+                        format!("{sfield}.serviceAccountToken.expirationSeconds"),
+                        "must be at least 600 (10 minutes)",
+                    ));
+                }
+                sources.push(ProjectionSource::ServiceAccountToken {
+                    audience: token.audience.clone().filter(|a| !a.is_empty()),
+                    expiration_seconds,
+                    path: item_path(&format!("{sfield}.serviceAccountToken.path"), &token.path)?,
+                });
+            } else {
+                return Err(invalid(&sfield, "no source"));
+            }
+        }
+    } else {
+        return Err(invalid(field, "no volume source"));
+    }
+    Ok(Projection {
+        sources,
+        default_mode: default_mode.unwrap_or(0o644),
+    })
 }
 
 fn resource(
@@ -513,13 +801,47 @@ fn convert_container(
     }
     let mut env = Vec::new();
     for (i, e) in c.env.iter().flatten().enumerate() {
+        let efield = format!("{field}.env[{i}]");
         if e.name.is_empty() || e.name.contains('=') {
             return Err(invalid(
-                format!("{field}.env[{i}].name"),
+                format!("{efield}.name"),
                 format!("{:?} is not a valid name", e.name),
             ));
         }
-        env.push((e.name.clone(), e.value.clone().unwrap_or_default()));
+        let value = match (&e.value, &e.value_from) {
+            (_, None) => EnvValue::Literal(e.value.clone().unwrap_or_default()),
+            (Some(v), Some(_)) if !v.is_empty() => {
+                return Err(invalid(
+                    format!("{efield}.valueFrom"),
+                    "may not be set when value is not empty",
+                ));
+            }
+            (_, Some(from)) => env_value_from(&format!("{efield}.valueFrom"), from)?,
+        };
+        env.push(EnvVar {
+            name: e.name.clone(),
+            value,
+        });
+    }
+    let mut env_from = Vec::new();
+    for (i, e) in c.env_from.iter().flatten().enumerate() {
+        let efield = format!("{field}.envFrom[{i}]");
+        let (secret, name, optional) = match (&e.config_map_ref, &e.secret_ref) {
+            (Some(cm), None) => (false, cm.name.clone(), cm.optional),
+            (None, Some(s)) => (true, s.name.clone(), s.optional),
+            _ => {
+                return Err(invalid(
+                    efield,
+                    "exactly one of configMapRef or secretRef is required",
+                ));
+            }
+        };
+        env_from.push(EnvFrom {
+            secret,
+            name,
+            prefix: e.prefix.clone().unwrap_or_default(),
+            optional: optional.unwrap_or(false),
+        });
     }
     let security = c.security_context.as_ref();
     if security.and_then(|s| s.privileged) == Some(true) {
@@ -590,6 +912,7 @@ fn convert_container(
         command: c.command.clone().unwrap_or_default(),
         args: c.args.clone().unwrap_or_default(),
         env,
+        env_from,
         working_dir: c.working_dir.clone().filter(|w| !w.is_empty()),
         run_as_user: id_from(
             &format!("{field}.securityContext.runAsUser"),
@@ -612,6 +935,60 @@ fn convert_container(
         },
         mounts,
     })
+}
+
+fn env_value_from(field: &str, from: &core::EnvVarSource) -> Result<EnvValue, PodError> {
+    let key_ref = |r: &core::ConfigMapKeySelector| (r.name.clone(), r.key.clone(), r.optional);
+    let value = match (
+        &from.field_ref,
+        &from.resource_field_ref,
+        &from.config_map_key_ref,
+        &from.secret_key_ref,
+    ) {
+        (Some(f), None, None, None) => {
+            let path = f.field_path.as_str();
+            let known = matches!(
+                path,
+                "metadata.name"
+                    | "metadata.namespace"
+                    | "metadata.uid"
+                    | "spec.nodeName"
+                    | "spec.serviceAccountName"
+                    | "status.hostIP"
+                    | "status.hostIPs"
+                    | "status.podIP"
+                    | "status.podIPs"
+            ) || path.starts_with("metadata.labels['")
+                || path.starts_with("metadata.annotations['");
+            if !known {
+                return Err(unsupported(format!("{field}.fieldRef.fieldPath={path}")));
+            }
+            EnvValue::Field(path.to_owned())
+        }
+        (None, Some(r), None, None) => {
+            EnvValue::Resource(resource_ref(&format!("{field}.resourceFieldRef"), r)?)
+        }
+        (None, None, Some(r), None) => {
+            let (name, key, optional) = key_ref(r);
+            EnvValue::ConfigMapKey {
+                name,
+                key,
+                optional: optional.unwrap_or(false),
+            }
+        }
+        (None, None, None, Some(r)) => EnvValue::SecretKey {
+            name: r.name.clone(),
+            key: r.key.clone(),
+            optional: r.optional.unwrap_or(false),
+        },
+        _ => {
+            return Err(invalid(
+                field,
+                "exactly one of fieldRef, resourceFieldRef, configMapKeyRef or secretKeyRef is required",
+            ));
+        }
+    };
+    Ok(value)
 }
 
 /// Upstream's default: Always for `:latest` or no tag, else IfNotPresent.

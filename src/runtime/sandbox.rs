@@ -110,6 +110,15 @@ pub async fn create(pod: &Pod, pod_dir: &Path) -> Result<PodPaths, SandboxError>
                 check_host_path(&volume.name, path, *kind)?;
                 PathBuf::from(path)
             }
+            // Filled by the pod worker from the API objects it reads.
+            VolumeSource::Projected(_) => {
+                let dir = pod_dir.join("volumes").join(&volume.name);
+                fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+                if !mount::is_mounted(&dir) {
+                    mount::tmpfs(&dir)?;
+                }
+                dir
+            }
         };
         volumes.push((volume.name.clone(), path));
     }

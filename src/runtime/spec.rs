@@ -304,19 +304,29 @@ pub fn resolve_user(
 
 /// The process arguments: Kubernetes `command` replaces the image's
 /// Entrypoint (and drops its Cmd), `args` replaces Cmd.
-pub fn process_args(container: &Container, image: &RunConfig) -> Result<Vec<String>, SpecError> {
+/// The process's argv. `$(VAR)` in the pod's command and args expands
+/// with the container's variables, as upstream; the image's are left as
+/// they are.
+pub fn process_args(
+    container: &Container,
+    image: &RunConfig,
+    env: &[(String, String)],
+) -> Result<Vec<String>, SpecError> {
     let entrypoint = image.entrypoint.clone().unwrap_or_default();
     let cmd = image.cmd.clone().unwrap_or_default();
+    let expand = |list: &Vec<String>| -> Vec<String> {
+        list.iter()
+            .map(|a| crate::pod::env::expand(a, env))
+            .collect()
+    };
     let args = match (container.command.is_empty(), container.args.is_empty()) {
-        (false, _) => container
-            .command
-            .iter()
-            .chain(&container.args)
-            .cloned()
+        (false, _) => expand(&container.command)
+            .into_iter()
+            .chain(expand(&container.args))
             .collect(),
         (true, false) => entrypoint
             .into_iter()
-            .chain(container.args.iter().cloned())
+            .chain(expand(&container.args))
             .collect(),
         (true, true) => entrypoint.into_iter().chain(cmd).collect::<Vec<_>>(),
     };
@@ -326,9 +336,13 @@ pub fn process_args(container: &Container, image: &RunConfig) -> Result<Vec<Stri
     Ok(args)
 }
 
-/// The environment: the image's, overridden by the container's, plus PATH
-/// and HOSTNAME as container runtimes add them.
-pub fn environment(pod: &Pod, container: &Container, image: &RunConfig) -> Vec<String> {
+/// The environment: the image's, overridden by the container's (resolved:
+/// see `pod::env`), plus PATH and HOSTNAME as container runtimes add them.
+pub fn environment(
+    pod: &Pod,
+    container_env: &[(String, String)],
+    image: &RunConfig,
+) -> Vec<String> {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: &str| match env.iter_mut().find(|(key, _)| key == k) {
         Some(entry) => entry.1 = v.to_owned(),
@@ -341,7 +355,7 @@ pub fn environment(pod: &Pod, container: &Container, image: &RunConfig) -> Vec<S
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         set(k, v);
     }
-    for (k, v) in &container.env {
+    for (k, v) in container_env {
         set(k, v);
     }
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
@@ -350,6 +364,8 @@ pub fn environment(pod: &Pod, container: &Container, image: &RunConfig) -> Vec<S
 pub struct SpecInput<'a> {
     pub pod: &'a Pod,
     pub container: &'a Container,
+    /// The container's variables, resolved.
+    pub env: &'a [(String, String)],
     pub image: &'a RunConfig,
     pub rootfs: &'a Path,
     pub paths: &'a PodPaths,
@@ -367,7 +383,7 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         ..
     } = *input;
     let user = resolve_user(pod, container, image, rootfs)?;
-    let args = process_args(container, image)?;
+    let args = process_args(container, image, input.env)?;
     let cwd = container
         .working_dir
         .clone()
@@ -472,7 +488,7 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             terminal: false,
             user,
             args,
-            env: environment(pod, container, image),
+            env: environment(pod, input.env, image),
             cwd,
             capabilities: Capabilities {
                 bounding: DEFAULT_CAPS.to_vec(),
@@ -529,22 +545,22 @@ mod tests {
         let p = pod("[{name: a, image: x:1}]");
         let c = &p.containers[0];
         assert_eq!(
-            process_args(c, &image(&["/ep"], &["cmd"])).unwrap(),
+            process_args(c, &image(&["/ep"], &["cmd"]), &[]).unwrap(),
             vec!["/ep", "cmd"]
         );
         let p = pod("[{name: a, image: x:1, args: [x]}]");
         assert_eq!(
-            process_args(&p.containers[0], &image(&["/ep"], &["cmd"])).unwrap(),
+            process_args(&p.containers[0], &image(&["/ep"], &["cmd"]), &[]).unwrap(),
             vec!["/ep", "x"]
         );
         let p = pod("[{name: a, image: x:1, command: [sh], args: [-c, 'true']}]");
         assert_eq!(
-            process_args(&p.containers[0], &image(&["/ep"], &["cmd"])).unwrap(),
+            process_args(&p.containers[0], &image(&["/ep"], &["cmd"]), &[]).unwrap(),
             vec!["sh", "-c", "true"]
         );
         let p = pod("[{name: a, image: x:1}]");
         assert_eq!(
-            process_args(&p.containers[0], &image(&[], &[])),
+            process_args(&p.containers[0], &image(&[], &[]), &[]),
             Err(SpecError::NoCommand)
         );
     }
@@ -557,7 +573,14 @@ mod tests {
             env: Some(vec!["A=image".into(), "B=image".into()]),
             ..Default::default()
         };
-        let env = environment(&p, &p.containers[0], &img);
+        let resolved = crate::pod::env::resolve(
+            &p,
+            &p.containers[0],
+            &Default::default(),
+            &Default::default(),
+        )
+        .unwrap();
+        let env = environment(&p, &resolved, &img);
         assert!(env.contains(&"A=pod".to_string()));
         assert!(env.contains(&"B=image".to_string()));
         assert!(env.contains(&"PATH=/p".to_string()));

@@ -320,6 +320,9 @@ impl Api {
         if (resource.group, resource.plural) == ("", "namespaces") {
             object["status"] = json!({"phase": "Active"});
         }
+        if (resource.group, resource.plural) == ("", "secrets") {
+            defaults::secret(&mut object);
+        }
         if query.get("dryRun").is_some_and(|d| d == "All") {
             return Ok(object);
         }
@@ -468,6 +471,9 @@ impl Api {
                     }
                 }
             }
+        }
+        if (resource.group, resource.plural) == ("", "secrets") {
+            defaults::secret(&mut updated);
         }
         if updated == current {
             // A no-op write does not bump the resourceVersion.

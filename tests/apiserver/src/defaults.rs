@@ -83,6 +83,25 @@ pub fn pod(pod: &mut Value, token_volume: &str) {
     pod["status"] = status;
 }
 
+/// Secrets as the real server stores them: `stringData` is write-only,
+/// merged into `data` (base64, taking precedence), and `type` defaults to
+/// Opaque.
+pub fn secret(secret: &mut Value) {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let Some(map) = secret.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Object(strings)) = map.remove("stringData") {
+        let data = map.entry("data").or_insert_with(|| json!({}));
+        for (k, v) in strings {
+            let text = v.as_str().unwrap_or_default();
+            data[k.as_str()] = json!(engine.encode(text));
+        }
+    }
+    map.entry("type").or_insert_with(|| json!("Opaque"));
+}
+
 fn add_token_volume(spec: &mut Value, name: &str) {
     let volume = json!({
         "name": name,
@@ -153,6 +172,16 @@ fn qos_class(spec: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_merge_string_data() {
+        let mut s = json!({"data": {"a": "eA=="}, "stringData": {"a": "y", "b": "z"}});
+        secret(&mut s);
+        assert_eq!(
+            s,
+            json!({"data": {"a": "eQ==", "b": "eg=="}, "type": "Opaque"})
+        );
+    }
 
     #[test]
     fn defaults_like_the_real_server() {

@@ -1,0 +1,160 @@
+//! ConfigMaps, Secrets and service account tokens for pods, from the API
+//! server. Each referenced object is watched on its own (a field selector
+//! on its name), as upstream's default change-detection strategy does, so
+//! that a refresh costs no request; the first read before the watch has
+//! listed is a GET. Tokens come from the TokenRequest API, bound to the pod.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::kube::watch::Reflector;
+use crate::kube::{Api, KubeError};
+use crate::pod::Pod;
+use crate::pod::objects::{ObjectData, ServiceAccountToken, TokenRequestSpec};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    ConfigMap,
+    Secret,
+}
+
+impl Kind {
+    fn resource(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "configmaps",
+            Kind::Secret => "secrets",
+        }
+    }
+
+    fn data(self, object: &Value) -> ObjectData {
+        match self {
+            Kind::ConfigMap => ObjectData::from_config_map(object),
+            Kind::Secret => ObjectData::from_secret(object),
+        }
+    }
+}
+
+type Key = (Kind, String, String);
+
+struct Watched {
+    reflector: Rc<Reflector>,
+    _task: smol::Task<()>,
+    users: HashSet<String>,
+}
+
+pub struct ObjectSource {
+    api: Api,
+    watched: RefCell<HashMap<Key, Watched>>,
+}
+
+impl ObjectSource {
+    pub fn new(api: Api) -> ObjectSource {
+        ObjectSource {
+            api,
+            watched: RefCell::default(),
+        }
+    }
+
+    /// The object's data, `None` if it does not exist. Pod `user` holds a
+    /// watch on it until [`release`](Self::release).
+    pub async fn get(
+        &self,
+        user: &str,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ObjectData>, KubeError> {
+        let key = (kind, namespace.to_owned(), name.to_owned());
+        let reflector = {
+            let mut watched = self.watched.borrow_mut();
+            let entry = watched.entry(key).or_insert_with(|| {
+                let path = format!("/api/v1/namespaces/{namespace}/{}", kind.resource());
+                let (reflector, _changes) =
+                    Reflector::new(self.api.clone(), &path, &format!("metadata.name={name}"));
+                let task = crate::rt::spawn(reflector.clone().run());
+                Watched {
+                    reflector,
+                    _task: task,
+                    users: HashSet::new(),
+                }
+            });
+            entry.users.insert(user.to_owned());
+            entry.reflector.clone()
+        };
+        {
+            let snapshot = reflector.snapshot();
+            if snapshot.synced {
+                return Ok(snapshot.objects.values().next().map(|o| kind.data(o)));
+            }
+        }
+        let path = format!("/api/v1/namespaces/{namespace}/{}/{name}", kind.resource());
+        match self.api.get::<Value>(&path).await {
+            Ok(object) => Ok(Some(kind.data(&object))),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Pod `user` no longer needs its objects: watches nobody uses stop.
+    pub fn release(&self, user: &str) {
+        self.watched.borrow_mut().retain(|_, w| {
+            w.users.remove(user);
+            !w.users.is_empty()
+        });
+    }
+
+    /// A token for the pod's service account, bound to the pod.
+    pub async fn token(
+        &self,
+        pod: &Pod,
+        spec: &TokenRequestSpec,
+    ) -> Result<ServiceAccountToken, KubeError> {
+        let account = pod
+            .manifest
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let path = format!(
+            "/api/v1/namespaces/{}/serviceaccounts/{account}/token",
+            pod.namespace
+        );
+        let request = json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": spec.audience.iter().collect::<Vec<_>>(),
+                "expirationSeconds": spec.expiration_seconds,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid},
+            }
+        });
+        let issued = Timestamp::now();
+        let response: Value = self.api.create(&path, &request).await?;
+        let token = response
+            .pointer("/status/token")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let expires = response
+            .pointer("/status/expirationTimestamp")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .unwrap_or_else(|| issued + jiff::SignedDuration::from_secs(spec.expiration_seconds));
+        if token.is_empty() {
+            return Err(KubeError::Decode {
+                path,
+                message: "TokenRequest returned no token".into(),
+            });
+        }
+        Ok(ServiceAccountToken {
+            token,
+            issued,
+            expires,
+        })
+    }
+}
