@@ -14,4 +14,5 @@ pub mod pod;
 pub mod quantity;
 pub mod rt;
 pub mod runtime;
+pub mod server;
 pub mod state;

@@ -167,6 +167,30 @@ fn node_registers_runs_pods_and_deletes_them() {
     let message = odd["status"]["message"].as_str().unwrap();
     assert!(message.contains("spec.shareProcessNamespace"), "{message}");
 
+    // kubectl logs, through the API server to the kubelet API.
+    let logs = api.kubectl_ok(&["logs", "web"], None);
+    assert_eq!(logs, "hello\n");
+    let stamped = api.kubectl_ok(&["logs", "web", "--timestamps", "--tail", "1"], None);
+    assert!(
+        stamped.ends_with("Z hello\n") && stamped.starts_with("20"),
+        "{stamped}"
+    );
+    assert_eq!(
+        api.kubectl_ok(&["logs", "web", "--since", "1h"], None),
+        "hello\n"
+    );
+    assert_eq!(api.kubectl_ok(&["logs", "fails", "--tail", "0"], None), "");
+    let (ok, _, _) = api.kubectl(&["logs", "web", "--previous"], None);
+    assert!(!ok, "no previous instance");
+    // The kubelet API itself refuses clients without a certificate.
+    let node = get(&api, &["get", "node", "edge-1"]).unwrap();
+    let port = &node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"];
+    let out = std::process::Command::new("curl")
+        .args(["-sk", &format!("https://127.0.0.1:{port}/pods")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Unauthorized");
+
     // Deletion: graceful stop, then the kubelet's own delete (grace 0, UID
     // precondition) makes the pod disappear.
     let started = Instant::now();

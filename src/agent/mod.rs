@@ -204,6 +204,10 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     if let Some((api, pods, changed, status)) = cluster {
         let facts =
             node::NodeFacts::gather(&ctx, format!("{}://{version}", ctx.config.runtime.name()));
+        // The kubelet API: how the API server reaches this node for logs.
+        let server = crate::server::bind(ctx.clone())
+            .map_err(|e| AgentError::Setup(format!("kubelet API: {e}")))?;
+        crate::rt::spawn(server).detach();
         crate::rt::spawn(node::run(ctx.clone(), api, facts)).detach();
         crate::rt::spawn(pods.clone().run()).detach();
         crate::rt::spawn(status.run()).detach();

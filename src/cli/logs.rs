@@ -20,6 +20,8 @@ pub struct LogsArgs {
     pub tail: Option<usize>,
     pub previous: bool,
     pub timestamps: bool,
+    /// Only lines logged at or after this time.
+    pub since: Option<jiff::Timestamp>,
 }
 
 fn find_pod(layout: &Layout, target: &str) -> Result<PodRecord, CliError> {
@@ -82,6 +84,7 @@ fn container_running(
 /// one of the line.
 struct Printer {
     timestamps: bool,
+    since: Option<jiff::Timestamp>,
     line: String,
     first_time: Option<String>,
 }
@@ -96,7 +99,18 @@ impl Printer {
         }
         self.line.push_str(text);
         if !partial {
-            let stamp = self.first_time.take().filter(|_| self.timestamps);
+            let first = self.first_time.take();
+            let early = self.since.is_some_and(|since| {
+                first
+                    .as_deref()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .is_some_and(|t| t < since)
+            });
+            if early {
+                self.line.clear();
+                return;
+            }
+            let stamp = first.filter(|_| self.timestamps);
             out.push(match stamp {
                 Some(t) => format!("{t} {}\n", self.line),
                 None => format!("{}\n", self.line),
@@ -106,9 +120,15 @@ impl Printer {
     }
 }
 
-pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let layout = Layout::new(state_dir);
-    let record = find_pod(&layout, &args.target)?;
+/// Checks that the pod, the container and (for `previous`) an earlier
+/// instance exist, so that a server can answer 404 before streaming.
+pub fn check(state_dir: &Path, args: &LogsArgs) -> Result<(), CliError> {
+    locate(&Layout::new(state_dir), args).map(drop)
+}
+
+/// The pod's record, the container, the instance and its log file.
+fn locate(layout: &Layout, args: &LogsArgs) -> Result<(PodRecord, String, u32, PathBuf), CliError> {
+    let record = find_pod(layout, &args.target)?;
     let (container, restart_count) = find_container(&record, args.container.as_deref())?;
     let count = if args.previous {
         restart_count.checked_sub(1).ok_or_else(|| {
@@ -121,12 +141,19 @@ pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(),
         restart_count
     };
     let path = record.log_dir.join(&container).join(format!("{count}.log"));
+    Ok((record, container, count, path))
+}
+
+pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let layout = Layout::new(state_dir);
+    let (record, container, count, path) = locate(&layout, args)?;
     let io_err = |path: &Path| {
         let path = path.to_owned();
         move |source| CliError::Io { path, source }
     };
     let mut printer = Printer {
         timestamps: args.timestamps,
+        since: args.since,
         line: String::new(),
         first_time: None,
     };

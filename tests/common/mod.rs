@@ -231,7 +231,10 @@ impl Agent {
             "127.0.0.1",
             "--port",
             &port,
+            "--client-ca-file",
         ];
+        let ca = api.dir.join("ca.crt");
+        args.push(ca.to_str().unwrap());
         args.extend_from_slice(extra);
         Self::start_with(registry, &args)
     }

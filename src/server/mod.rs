@@ -1,0 +1,369 @@
+//! The kubelet API on HTTPS (default :10250): `/healthz`, `/pods` and
+//! `/containerLogs`, as the API server calls them for `kubectl logs`.
+//! Clients authenticate with a certificate the configured client CA
+//! signed; anything else gets 401. (Authorization by
+//! SubjectAccessReview is not done yet: an authenticated client may read.)
+
+use std::convert::Infallible;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_lite::StreamExt;
+use futures_rustls::TlsAcceptor;
+use futures_rustls::rustls::server::WebPkiClientVerifier;
+use futures_rustls::rustls::{self, RootCertStore, ServerConfig};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use smol::Async;
+
+use crate::agent::Context;
+use crate::cli::CliError;
+use crate::cli::logs::LogsArgs;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{path}: {message}")]
+    Tls { path: PathBuf, message: String },
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("serving certificate: {0}")]
+    SelfSigned(String),
+}
+
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
+type Body = UnsyncBoxBody<Bytes, BodyError>;
+
+fn full(status: StatusCode, content_type: &str, bytes: impl Into<Bytes>) -> Response<Body> {
+    let body = Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    if let Ok(value) = content_type.parse() {
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_TYPE, value);
+    }
+    response
+}
+
+fn text(status: StatusCode, message: &str) -> Response<Body> {
+    full(status, "text/plain; charset=utf-8", format!("{message}\n"))
+}
+
+fn tls_err(path: &Path) -> impl Fn(String) -> ServerError + '_ {
+    move |message| ServerError::Tls {
+        path: path.to_owned(),
+        message,
+    }
+}
+
+/// The serving certificate: from the configured files, else a self-signed
+/// one for the node's names, made once and kept under the state dir (as
+/// upstream keeps its own in --cert-dir).
+fn serving_identity(
+    ctx: &Context,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ServerError> {
+    let (cert_path, key_path) = match (&ctx.config.tls_cert_file, &ctx.config.tls_private_key_file)
+    {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => {
+            let dir = ctx.layout.root.join("pki");
+            let cert = dir.join("kubelet.crt");
+            let key = dir.join("kubelet.key");
+            if !cert.exists() || !key.exists() {
+                let mut names = vec![ctx.config.node_name.clone(), "localhost".to_owned()];
+                if let Some(ip) = ctx.host_ip {
+                    names.push(ip.to_string());
+                }
+                let made = rcgen::generate_simple_self_signed(names)
+                    .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
+                crate::state::create_dir_all(&dir, 0o700)
+                    .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
+                for (path, text, mode) in [
+                    (&key, made.signing_key.serialize_pem(), 0o600),
+                    (&cert, made.cert.pem(), 0o644),
+                ] {
+                    crate::state::write_atomic(
+                        path,
+                        text.as_bytes(),
+                        mode,
+                        crate::state::Durability::PowerLoss,
+                    )
+                    .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
+                }
+                log::info!("made a self-signed serving certificate {}", cert.display());
+            }
+            (cert, key)
+        }
+    };
+    let certs = CertificateDer::pem_file_iter(&cert_path)
+        .map_err(|e| tls_err(&cert_path)(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls_err(&cert_path)(e.to_string()))?;
+    let key =
+        PrivateKeyDer::from_pem_file(&key_path).map_err(|e| tls_err(&key_path)(e.to_string()))?;
+    Ok((certs, key))
+}
+
+fn tls_config(ctx: &Context) -> Result<Arc<ServerConfig>, ServerError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let (certs, key) = serving_identity(ctx)?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
+    let builder = match &ctx.config.client_ca_file {
+        Some(path) => {
+            let mut roots = RootCertStore::empty();
+            for cert in
+                CertificateDer::pem_file_iter(path).map_err(|e| tls_err(path)(e.to_string()))?
+            {
+                let cert = cert.map_err(|e| tls_err(path)(e.to_string()))?;
+                roots.add(cert).map_err(|e| tls_err(path)(e.to_string()))?;
+            }
+            // Unauthenticated clients get through the handshake and then a
+            // 401, as upstream answers them.
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| tls_err(path)(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Binds the kubelet API; the returned future serves it forever.
+pub fn bind(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, ServerError> {
+    let addr = SocketAddr::new(ctx.config.address, ctx.config.port);
+    let listener = TcpListener::bind(addr)
+        .and_then(Async::new)
+        .map_err(|source| ServerError::Listen { addr, source })?;
+    let acceptor = TlsAcceptor::from(tls_config(&ctx)?);
+    if ctx.config.client_ca_file.is_none() {
+        log::warn!("no clientCAFile: the kubelet API on {addr} will refuse every request");
+    }
+    log::info!("kubelet API listening on https://{addr}");
+    Ok(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            let ctx = ctx.clone();
+            crate::rt::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let authenticated = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .is_some_and(|c| !c.is_empty());
+                let service = hyper::service::service_fn(move |req| {
+                    let ctx = ctx.clone();
+                    async move { Ok::<_, Infallible>(handle(&ctx, req, authenticated).await) }
+                });
+                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(crate::http::io::HyperIo(tls), service)
+                    .await
+                {
+                    log::debug!("kubelet API connection: {e}");
+                }
+            })
+            .detach();
+        }
+    })
+}
+
+fn query_pairs(req: &Request<Incoming>) -> Vec<(String, String)> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn handle(ctx: &Rc<Context>, req: Request<Incoming>, authenticated: bool) -> Response<Body> {
+    if !authenticated {
+        return text(StatusCode::UNAUTHORIZED, "Unauthorized");
+    }
+    let path = req.uri().path().to_owned();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match (req.method(), segments.as_slice()) {
+        (&Method::GET, ["healthz"]) => text(StatusCode::OK, "ok"),
+        (&Method::GET, ["pods"]) => pods(ctx).await,
+        (&Method::GET, ["containerLogs", namespace, pod, container]) => {
+            let query = query_pairs(&req);
+            container_logs(ctx, namespace, pod, container, &query).await
+        }
+        (&Method::GET, _) => text(StatusCode::NOT_FOUND, "404 page not found"),
+        _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+    }
+}
+
+/// The pods this node runs, with their statuses, as a PodList.
+async fn pods(ctx: &Context) -> Response<Body> {
+    let layout = ctx.layout.clone();
+    let list = smol::unblock(move || {
+        let mut items = Vec::new();
+        for record in crate::cli::pod_records(&layout).unwrap_or_default() {
+            let dir = layout.pod(&record.uid);
+            if let Ok(Some(checkpoint)) = crate::agent::checkpoint::read_checkpoint(&dir) {
+                let mut pod = checkpoint.manifest;
+                pod.status = Some(record.status);
+                items.push(pod);
+            }
+        }
+        serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+    })
+    .await;
+    full(StatusCode::OK, "application/json", list.to_string())
+}
+
+/// Chunks for a streamed body, from a log reader on a blocking thread. A
+/// gone client closes the channel, which ends the reader at its next write.
+struct ChannelWriter {
+    tx: smol::channel::Sender<Bytes>,
+    left: Option<u64>,
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let take = match self.left {
+            Some(0) => return Err(std::io::Error::other("limitBytes reached")),
+            Some(left) => buf.len().min(left as usize),
+            None => buf.len(),
+        };
+        self.tx
+            .send_blocking(Bytes::copy_from_slice(&buf[..take]))
+            .map_err(|_| std::io::Error::other("client gone"))?;
+        if let Some(left) = &mut self.left {
+            *left -= take as u64;
+        }
+        Ok(take)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+async fn container_logs(
+    ctx: &Context,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+    query: &[(String, String)],
+) -> Response<Body> {
+    let get = |k: &str| {
+        query
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    let flag = |k: &str| get(k).is_some_and(|v| v == "true" || v == "1");
+    let number = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
+    let since = match (number("sinceSeconds"), get("sinceTime")) {
+        (Some(seconds), _) => {
+            Some(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds as i64))
+        }
+        (None, Some(t)) => match t.parse::<jiff::Timestamp>() {
+            Ok(t) => Some(t),
+            Err(_) => return text(StatusCode::BAD_REQUEST, "sinceTime: not an RFC 3339 time"),
+        },
+        (None, None) => None,
+    };
+    let args = LogsArgs {
+        target: format!("{namespace}/{pod}"),
+        container: Some(container.to_owned()),
+        follow: flag("follow"),
+        tail: number("tailLines").map(|n| n as usize),
+        previous: flag("previous"),
+        timestamps: flag("timestamps"),
+        since,
+    };
+    let (tx, rx) = smol::channel::bounded::<Bytes>(16);
+    let (found_tx, found_rx) = smol::channel::bounded::<Result<(), CliError>>(1);
+    let state_dir = ctx.layout.root.clone();
+    let left = number("limitBytes");
+    // Reading and following files blocks: a thread of its own, which ends
+    // when the log does or the client goes.
+    let spawned = std::thread::Builder::new()
+        .name("nanolet-logs".into())
+        .spawn(move || {
+            let found = crate::cli::logs::check(&state_dir, &args);
+            let ok = found.is_ok();
+            let _ = found_tx.send_blocking(found);
+            if ok {
+                let mut out = ChannelWriter { tx, left };
+                if let Err(e) = crate::cli::logs::run(&state_dir, &args, &mut out) {
+                    log::debug!("log stream ended: {e}");
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        return text(StatusCode::SERVICE_UNAVAILABLE, &format!("log reader: {e}"));
+    }
+    match found_rx.recv().await {
+        Ok(Ok(())) => {
+            let body = StreamBody::new(rx.map(|b| Ok::<_, BodyError>(Frame::data(b))));
+            let mut response = Response::new(BodyExt::boxed_unsync(body));
+            if let Ok(v) = "text/plain".parse() {
+                response.headers_mut().insert(http::header::CONTENT_TYPE, v);
+            }
+            response
+        }
+        Ok(Err(CliError::NotFound(message))) => text(StatusCode::NOT_FOUND, &message),
+        Ok(Err(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "log reader failed"),
+    }
+}
