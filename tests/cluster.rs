@@ -330,3 +330,176 @@ spec:
     let message = p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].clone();
     assert_eq!(message, "configmap \"nope\" not found");
 }
+
+fn restarts(api: &ApiServer, pod: &str) -> i64 {
+    get(api, &["get", "pod", pod])
+        .and_then(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64())
+        .unwrap_or(-1)
+}
+
+fn running(api: &ApiServer, pod: &str) -> bool {
+    phase_and_reason(api, pod)
+        .is_some_and(|(phase, reason)| phase == "Running" && reason.is_empty())
+}
+
+/// The pid of a pod's container, from the runtime.
+fn container_pid(agent: &Agent) -> Option<i64> {
+    agent
+        .runtime_containers()
+        .iter()
+        .find(|c| c["status"] == "running")
+        .and_then(|c| c["pid"].as_i64())
+}
+
+#[test]
+fn keeps_pods_running_through_an_outage_and_a_reboot_while_offline() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start_with(&["--node-grace", "20"]);
+    let mut agent = Agent::join(&registry, &api, "edge-3", &[]);
+    let app = format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {{name: cfg}}
+data: {{greeting: hello}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: sec}}
+stringData: {{password: hunter2}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: app}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {image}
+    command: ["sh", "-c", "echo $(PASS) $(cat /etc/cfg/greeting); exec sleep 3600"]
+    env:
+    - {{name: PASS, valueFrom: {{secretKeyRef: {{name: sec, key: password}}}}}}
+    volumeMounts:
+    - {{name: cfg, mountPath: /etc/cfg}}
+  volumes:
+  - {{name: cfg, configMap: {{name: cfg}}}}
+"#
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&app));
+    let doomed = pod_manifest("doomed", &image, "", "exec sleep 3600");
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&doomed));
+    wait(&agent, "pods running", T, || {
+        (running(&api, "app") && running(&api, "doomed")).then_some(())
+    });
+
+    // The link to the API server breaks: the node's requests hang and fail,
+    // kubectl still works.
+    api.admin("POST", "/pause?user=system:node:edge-3");
+    // Restart policies are still enforced while offline.
+    let app_pid = wait(&agent, "app's pid", T, || {
+        let pods = agent.records();
+        let app = pods.iter().find(|r| r["name"] == "app")?;
+        let id = app["status"]["containerStatuses"][0]["containerID"].as_str()?;
+        agent.container_pid(id.trim_start_matches("runc://"))
+    });
+    std::process::Command::new("kill")
+        .args(["-9", &app_pid.to_string()])
+        .status()
+        .unwrap();
+    wait(&agent, "app restarted offline", T, || {
+        let r = agent.container_status("app", "main")?;
+        (r["restartCount"] == 1 && r["state"]["running"].is_object()).then_some(())
+    });
+    // Meanwhile, in the cluster: one pod deleted, one created, and the
+    // watch window compacted so the node's watch must list again.
+    api.kubectl_ok(&["delete", "pod", "doomed", "--wait=false"], None);
+    let fresh = pod_manifest("fresh", &image, "", "echo fresh; exec sleep 3600");
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&fresh));
+    api.admin("POST", "/compact");
+    // Past the lease's grace: the control plane marks the node NotReady.
+    wait(&agent, "node NotReady", Duration::from_secs(60), || {
+        let n = get(&api, &["get", "node", "edge-3"])?;
+        let ready = n["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")?
+            .clone();
+        (ready["status"] == "Unknown").then_some(())
+    });
+    assert!(running(&api, "doomed") || phase_and_reason(&api, "doomed").is_some());
+    let outage_logs = agent.log().matches("API server unreachable").count();
+    assert_eq!(outage_logs, 1, "the outage is logged once\n{}", agent.log());
+
+    // The link comes back: statuses catch up, the deleted pod is stopped
+    // and removed, the new one starts, the node is Ready again.
+    api.admin("POST", "/resume");
+    wait(
+        &agent,
+        "the outage to heal",
+        Duration::from_secs(60),
+        || {
+            let gone = get(&api, &["get", "pod", "doomed"]).is_none();
+            (gone && running(&api, "fresh") && restarts(&api, "app") == 1).then_some(())
+        },
+    );
+    wait(&agent, "node Ready", T, || {
+        let n = get(&api, &["get", "node", "edge-3"])?;
+        let ready = n["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")?
+            .clone();
+        (ready["status"] == "True").then_some(())
+    });
+    assert!(
+        agent.log().contains("listing again"),
+        "the watch re-listed after 410\n{}",
+        agent.log()
+    );
+    assert!(agent.log().contains("reachable again"));
+
+    // The harder case: a power cut while offline. Everything that ran is
+    // gone; the agent comes back from its checkpoints alone.
+    api.admin("POST", "/pause?user=system:node:edge-3");
+    agent.power_cut();
+    assert!(container_pid(&agent).is_none());
+    agent.spawn();
+    wait(
+        &agent,
+        "app and fresh back without the API server",
+        Duration::from_secs(60),
+        || {
+            let back = ["app", "fresh"].iter().all(|p| {
+                agent
+                    .container_status(p, "main")
+                    .is_some_and(|s| s["state"]["running"].is_object())
+            });
+            back.then_some(())
+        },
+    );
+    // With their ConfigMap and Secret, from the checkpoint.
+    let app_log = std::fs::read_dir(&agent.logs)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("default_app_"))
+        .unwrap()
+        .path();
+    let newest = wait(&agent, "app's new log", T, || {
+        let mut logs: Vec<_> = std::fs::read_dir(app_log.join("main"))
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        logs.sort();
+        let text = std::fs::read_to_string(logs.last()?).ok()?;
+        text.contains("hunter2").then_some(text)
+    });
+    assert!(newest.contains("hunter2 hello"), "{newest}");
+    api.admin("POST", "/resume");
+    wait(
+        &agent,
+        "statuses after the reboot",
+        Duration::from_secs(60),
+        || (running(&api, "app") && running(&api, "fresh")).then_some(()),
+    );
+}

@@ -2,6 +2,7 @@
 //! status loop (recomputed every nodeStatusUpdateFrequency, PATCHed when it
 //! changed or nodeStatusReportFrequency passed) and the Lease heartbeat.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -443,11 +444,24 @@ pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
         wait_for_node(&api, &name).await
     };
     log::info!("node {name} registered (uid {uid})");
-    crate::rt::spawn(lease_loop(ctx.clone(), api.clone(), uid)).detach();
+    // Set when the Lease could not be renewed: the control plane may have
+    // marked the node NotReady meanwhile, so the next report is complete
+    // rather than a diff against what we last sent.
+    let lease_lapsed = Rc::new(Cell::new(false));
+    crate::rt::spawn(lease_loop(
+        ctx.clone(),
+        api.clone(),
+        uid,
+        lease_lapsed.clone(),
+    ))
+    .detach();
 
     let mut last_report = Instant::now();
     loop {
         smol::Timer::after(ctx.config.node_status_update_frequency).await;
+        if lease_lapsed.replace(false) {
+            sent = None;
+        }
         let mut status = node_status(&ctx, &facts, Timestamp::now());
         carry_transitions(sent.as_ref(), &mut status);
         let changed = sent.as_ref().map(comparable) != Some(comparable(&status));
@@ -478,8 +492,12 @@ pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
                 let (_, initial) = register(&ctx, &api, &facts).await;
                 sent = initial;
             }
-            Err(e) if e.is_unavailable() => {}
-            Err(e) => log::warn!("node status: {e}"),
+            Err(e) => {
+                if !e.is_unavailable() {
+                    log::warn!("node status: {e}");
+                }
+                sent = None;
+            }
         }
     }
 }
@@ -560,7 +578,7 @@ fn micro_now() -> MicroTime {
 
 /// Renews `kube-node-lease/<node>` every quarter of its duration: an
 /// UPDATE of the cached object, so one request per renewal while healthy.
-async fn lease_loop(ctx: Rc<Context>, api: Api, node_uid: String) {
+async fn lease_loop(ctx: Rc<Context>, api: Api, node_uid: String, lapsed: Rc<Cell<bool>>) {
     let name = ctx.config.node_name.clone();
     let path = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
     let duration = ctx.config.node_lease_duration;
@@ -579,8 +597,12 @@ async fn lease_loop(ctx: Rc<Context>, api: Api, node_uid: String) {
         match result {
             Ok(lease) => cached = Some(lease),
             // A conflict or an outage: fetch the lease afresh next time.
-            Err(e) if e.is_unavailable() || e.is_conflict() => {}
-            Err(e) => log::warn!("lease: {e}"),
+            Err(e) => {
+                if !e.is_unavailable() && !e.is_conflict() {
+                    log::warn!("lease: {e}");
+                }
+                lapsed.set(true);
+            }
         }
         // 4 % jitter, as upstream, so a fleet's renewals spread out.
         let jitter = interval.mul_f64(0.04 * crate::state::random_fraction());

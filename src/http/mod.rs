@@ -114,6 +114,8 @@ struct Inner {
     /// Hosts (host[:port]) that may be reached over plain HTTP.
     plain_http: Vec<String>,
     idle: RefCell<HashMap<String, Vec<Sender>>>,
+    /// Longest wait for a connection or a response's head.
+    timeout: Duration,
 }
 
 /// Scheme, host and port of a URL, as the pool keys connections.
@@ -155,19 +157,22 @@ impl Client {
                 tls: RefCell::new(None),
                 plain_http,
                 idle: RefCell::new(HashMap::new()),
+                timeout: STALL_TIMEOUT,
             }),
         }
     }
 
-    /// A client with a TLS configuration of the caller's: the API server's
-    /// own CA and a client certificate.
-    pub fn with_tls(config: Arc<ClientConfig>) -> Client {
+    /// A client with a TLS configuration of the caller's (the API server's
+    /// own CA and a client certificate) and its own `timeout` for
+    /// connecting and for a response's head.
+    pub fn with_tls(config: Arc<ClientConfig>, timeout: Duration) -> Client {
         Client {
             inner: Rc::new(Inner {
                 ca_file: PathBuf::new(),
                 tls: RefCell::new(Some(config)),
                 plain_http: Vec::new(),
                 idle: RefCell::new(HashMap::new()),
+                timeout,
             }),
         }
     }
@@ -219,7 +224,7 @@ impl Client {
         let mut last_err = std::io::Error::other("no address");
         let mut tcp = None;
         for addr in addrs {
-            match with_timeout(url, STALL_TIMEOUT, async {
+            match with_timeout(url, self.inner.timeout, async {
                 Async::<TcpStream>::connect(addr).await.map_err(connect_err)
             })
             .await
@@ -240,7 +245,7 @@ impl Client {
                 url: url.to_string(),
                 message: e.to_string(),
             })?;
-            let tls_stream = with_timeout(url, STALL_TIMEOUT, async {
+            let tls_stream = with_timeout(url, self.inner.timeout, async {
                 TlsConnector::from(config)
                     .connect(name, tcp)
                     .await
@@ -317,7 +322,7 @@ impl Client {
         if let Ok(value) = authority.parse() {
             request.headers_mut().insert(HOST, value);
         }
-        let response = with_timeout(url, STALL_TIMEOUT, async {
+        let response = with_timeout(url, self.inner.timeout, async {
             sender
                 .send_request(request)
                 .await

@@ -19,6 +19,11 @@ use crate::http::{Client, HttpError, read_body};
 /// pods); a list of pods for one node stays far below this.
 const MAX_BODY: usize = 64 << 20;
 
+/// How long a request may wait for its answer, as upstream's heartbeat
+/// client (nodeStatusUpdateFrequency): a hung link must not hold up the
+/// next Lease renewal.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
     #[error(transparent)]
@@ -99,7 +104,7 @@ impl Api {
     pub fn new(kubeconfig: &Kubeconfig, node_name: &str) -> Api {
         let agent = format!("nanolet/{} ({node_name})", env!("CARGO_PKG_VERSION"));
         Api {
-            http: Client::with_tls(kubeconfig.tls.clone()),
+            http: Client::with_tls(kubeconfig.tls.clone(), REQUEST_TIMEOUT),
             server: kubeconfig.server.clone(),
             token: kubeconfig.token.clone(),
             user_agent: HeaderValue::from_str(&agent)

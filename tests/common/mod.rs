@@ -446,8 +446,11 @@ fn remove_cgroup_tree(dir: &Path) {
     let _ = fs::remove_dir(dir);
 }
 
-impl Drop for Agent {
-    fn drop(&mut self) {
+impl Agent {
+    /// What a power cut does to the node: the agent, monitors and
+    /// containers die; mounts (namespaces, rootfs, tmpfs volumes) and
+    /// cgroups vanish. The state dir on disk stays.
+    pub fn power_cut(&mut self) {
         self.kill9();
         // Monitors, then containers, then mounts and cgroups: nothing of the
         // test may outlive it, whatever state the agent left.
@@ -476,6 +479,12 @@ impl Drop for Agent {
             kill_cgroup_processes(&root);
             remove_cgroup_tree(&root);
         }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.power_cut();
     }
 }
 

@@ -4,7 +4,8 @@
 //! - `POST /fail?count=N&status=CODE`: the next N API requests fail with
 //!   CODE (500, 429, ...), or hang like a timeout with status=0;
 //! - `POST /pause`, `POST /resume`: new connections are closed and requests
-//!   hang, as if the server were unreachable;
+//!   hang, as if the server were unreachable; `POST /pause?user=NAME` cuts
+//!   off only that user (a node behind a broken link) while kubectl works;
 //! - `POST /compact`: forgets the watch window (older watches get 410);
 //! - `GET /requests`, `DELETE /requests`: the request record;
 //! - `POST /expire-leases`: runs the node lifecycle check now.
@@ -47,12 +48,16 @@ fn handle(server: &Server, req: &Request<Incoming>) -> Response<Body> {
             ok()
         }
         (&Method::POST, "/pause") => {
-            server.faults.paused.set(true);
+            match query.get("user") {
+                Some(user) => *server.faults.cut_off.borrow_mut() = Some(user.clone()),
+                None => server.faults.paused.set(true),
+            }
             server.api.store.borrow_mut().close_watches();
             ok()
         }
         (&Method::POST, "/resume") => {
             server.faults.paused.set(false);
+            *server.faults.cut_off.borrow_mut() = None;
             ok()
         }
         (&Method::POST, "/compact") => {

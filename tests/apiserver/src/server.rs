@@ -78,6 +78,8 @@ pub struct Faults {
     pub fail_status: Cell<u16>,
     /// Refuse (close) new connections while set.
     pub paused: Cell<bool>,
+    /// Requests of this user hang: one node cut off, the rest served.
+    pub cut_off: RefCell<Option<String>>,
 }
 
 pub struct Server {
@@ -268,6 +270,12 @@ impl Server {
             smol::Timer::after(Duration::from_millis(100)).await;
         }
         let user = self.authenticate(&req, cert_user);
+        while user
+            .as_ref()
+            .is_some_and(|u| self.faults.cut_off.borrow().as_deref() == Some(u.name.as_str()))
+        {
+            smol::Timer::after(Duration::from_millis(100)).await;
+        }
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
         let raw_query = req.uri().query().unwrap_or("").to_owned();
