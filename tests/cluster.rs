@@ -120,6 +120,13 @@ fn node_registers_runs_pods_and_deletes_them() {
         pod_manifest("web", &image, "", "echo hello; sleep 3600"),
         pod_manifest("fails", &image, "  restartPolicy: Never\n", "exit 3"),
         pod_manifest("odd", &image, "  shareProcessNamespace: true\n", "sleep 1"),
+        pod_manifest("crashy", &image, "", "exit 1"),
+        pod_manifest(
+            "noimage",
+            &format!("{}/test/none:1", registry.addr),
+            "",
+            "true",
+        ),
     ]
     .join("---\n");
     api.kubectl_ok(&["apply", "-f", "-"], Some(&manifests));
@@ -167,6 +174,39 @@ fn node_registers_runs_pods_and_deletes_them() {
     let message = odd["status"]["message"].as_str().unwrap();
     assert!(message.contains("spec.shareProcessNamespace"), "{message}");
 
+    // Reasons and events, as kubectl shows them.
+    wait(&agent, "CrashLoopBackOff", T, || {
+        (phase_and_reason(&api, "crashy")?.1 == "CrashLoopBackOff").then_some(())
+    });
+    wait(&agent, "ImagePullBackOff", T, || {
+        (phase_and_reason(&api, "noimage")?.1 == "ImagePullBackOff").then_some(())
+    });
+    let described = wait(&agent, "web's events", T, || {
+        let d = api.kubectl_ok(&["describe", "pod", "web"], None);
+        d.contains("Started").then_some(d)
+    });
+    for needle in [
+        "Pulling",
+        "Pulled",
+        "Created container: main",
+        "Started container main",
+        "kubelet",
+    ] {
+        assert!(described.contains(needle), "{needle}: {described}");
+    }
+    let crashy = wait(&agent, "crashy's BackOff event", T, || {
+        let d = api.kubectl_ok(&["describe", "pod", "crashy"], None);
+        d.contains("Back-off restarting failed container main")
+            .then_some(d)
+    });
+    assert!(crashy.contains("Warning  BackOff"), "{crashy}");
+    let noimage = wait(&agent, "noimage's events", T, || {
+        let d = api.kubectl_ok(&["describe", "pod", "noimage"], None);
+        d.contains("Back-off pulling image").then_some(d)
+    });
+    assert!(noimage.contains("Failed to pull image"), "{noimage}");
+    assert!(noimage.contains("Error: ErrImagePull"), "{noimage}");
+
     // kubectl logs, through the API server to the kubelet API.
     let logs = api.kubectl_ok(&["logs", "web"], None);
     assert_eq!(logs, "hello\n");
@@ -200,6 +240,16 @@ fn node_registers_runs_pods_and_deletes_them() {
     );
     assert!(started.elapsed() < Duration::from_secs(20));
     assert!(get(&api, &["get", "pod", "web"]).is_none());
+    let events = api.kubectl_ok(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=web",
+        ],
+        None,
+    );
+    assert!(events.contains("Stopping container main"), "{events}");
     wait(&agent, "web's container gone", T, || {
         agent.runtime_containers().is_empty().then_some(())
     });
@@ -217,7 +267,18 @@ fn node_registers_runs_pods_and_deletes_them() {
         "{deletes:?}"
     );
     // A rejected pod is deleted at once: nothing runs it.
-    api.kubectl_ok(&["delete", "pod", "odd", "fails", "--timeout=30s"], None);
+    api.kubectl_ok(
+        &[
+            "delete",
+            "pod",
+            "odd",
+            "fails",
+            "crashy",
+            "noimage",
+            "--timeout=30s",
+        ],
+        None,
+    );
     let left = api.kubectl_ok(&["get", "pods", "-o", "name"], None);
     assert_eq!(left.trim(), "", "{left}");
 }

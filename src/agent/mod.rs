@@ -4,6 +4,7 @@
 
 pub mod api_source;
 pub mod checkpoint;
+pub mod events;
 pub mod node;
 pub mod objects;
 pub mod sources;
@@ -59,6 +60,8 @@ pub struct Context {
     pub host_ip: Option<std::net::IpAddr>,
     /// Cluster mode: where API pods' statuses go.
     pub status_manager: Option<Rc<StatusManager>>,
+    /// Cluster mode: events for users.
+    pub events: Option<Rc<events::EventRecorder>>,
     /// Cluster mode: ConfigMaps, Secrets and tokens for pods.
     pub objects: Option<objects::ObjectSource>,
 }
@@ -157,6 +160,9 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         objects: cluster
             .as_ref()
             .map(|c| objects::ObjectSource::new(c.0.clone())),
+        events: cluster
+            .as_ref()
+            .map(|c| events::EventRecorder::new(c.0.clone(), &config.node_name)),
         runtime,
         layout,
         config,
@@ -211,6 +217,9 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         crate::rt::spawn(node::run(ctx.clone(), api, facts)).detach();
         crate::rt::spawn(pods.clone().run()).detach();
         crate::rt::spawn(status.run()).detach();
+        if let Some(events) = &ctx.events {
+            crate::rt::spawn(events.clone().run()).detach();
+        }
         api_changed = Some(changed);
         api_pods = Some(pods);
     }

@@ -14,6 +14,7 @@ use smol::channel::{Receiver, Sender};
 
 use super::Context;
 use super::checkpoint::{self, Checkpoint, ContainerRecord, PodRecord};
+use super::events::{EventType, Involved};
 use super::objects::Kind;
 use crate::image::ImageError;
 use crate::pod::backoff::Backoff;
@@ -155,6 +156,9 @@ impl Worker {
                 self.terminate().await;
                 if let Some(objects) = &self.ctx.objects {
                     objects.release(&self.pod.uid);
+                }
+                if let Some(events) = &self.ctx.events {
+                    events.forget(&self.pod.uid);
                 }
                 return;
             }
@@ -305,6 +309,25 @@ impl Worker {
             .filter_map(|c| c.retry_at)
             .chain(refresh)
             .min()
+    }
+
+    /// Records an event about the pod, or one of its containers.
+    fn event(&self, container: Option<&str>, kind: EventType, reason: &str, message: String) {
+        let Some(events) = &self.ctx.events else {
+            log::debug!("pod {}: {reason}: {message}", self.pod.full_name());
+            return;
+        };
+        events.record(
+            Involved {
+                namespace: self.pod.namespace.clone(),
+                name: self.pod.name.clone(),
+                uid: self.pod.uid.clone(),
+                field_path: container.map(|c| format!("spec.containers{{{c}}}")),
+            },
+            kind,
+            reason,
+            message,
+        );
     }
 
     fn has_api_volumes(&self) -> bool {
@@ -526,6 +549,13 @@ impl Worker {
                 let last_end = c.exited_at.unwrap_or(now);
                 if let Some(until) = c.restart_backoff.wait_until(last_end, now) {
                     let delay = c.restart_backoff.delay(now).unwrap_or_default();
+                    let name = c.record.view.name.clone();
+                    let message = format!(
+                        "Back-off restarting failed container {name} in pod {}_{}({})",
+                        self.pod.name, self.pod.namespace, self.pod.uid
+                    );
+                    self.event(Some(&name), EventType::Warning, "BackOff", message);
+                    let c = &mut self.containers[i];
                     c.record.view.waiting = Some((
                         "CrashLoopBackOff".into(),
                         format!(
@@ -585,13 +615,32 @@ impl Worker {
             if let Some(failed_at) = c.setup_failed_at
                 && let Some(until) = c.setup_backoff.wait_until(failed_at, now)
             {
-                if let Some((reason, message)) = &mut c.record.view.waiting
+                let entering = if let Some((reason, message)) = &mut c.record.view.waiting
                     && reason == "ErrImagePull"
                 {
                     *reason = "ImagePullBackOff".into();
                     *message = format!("Back-off pulling image {:?}", spec_container.image);
-                }
+                    true
+                } else {
+                    false
+                };
                 c.retry_at = Some(until);
+                if entering {
+                    let name = Some(spec_container.name.as_str());
+                    let image = &spec_container.image;
+                    self.event(
+                        name,
+                        EventType::Normal,
+                        "BackOff",
+                        format!("Back-off pulling image {image:?}"),
+                    );
+                    self.event(
+                        name,
+                        EventType::Warning,
+                        "Failed",
+                        "Error: ImagePullBackOff".into(),
+                    );
+                }
                 return;
             }
             if c.record.view.terminated.is_none() && c.record.view.waiting.is_none() {
@@ -600,13 +649,39 @@ impl Worker {
         }
         self.write_status();
 
+        let cname = Some(spec_container.name.as_str());
+        let present = spec_container.pull_policy != crate::pod::PullPolicy::Always
+            && self.ctx.images.is_present(&spec_container.image);
+        let image_name = spec_container.image.clone();
+        if present {
+            let message = format!("Container image {image_name:?} already present on machine");
+            self.event(cname, EventType::Normal, "Pulled", message);
+        } else if spec_container.pull_policy != crate::pod::PullPolicy::Never {
+            self.event(
+                cname,
+                EventType::Normal,
+                "Pulling",
+                format!("Pulling image {image_name:?}"),
+            );
+        }
+        let pull_started = Instant::now();
         let image = match self
             .ctx
             .images
             .ensure(&spec_container.image, spec_container.pull_policy)
             .await
         {
-            Ok(image) => image,
+            Ok(image) => {
+                if !present {
+                    let message = format!(
+                        "Successfully pulled image {image_name:?} in {:.3}s. Image size: {} bytes.",
+                        pull_started.elapsed().as_secs_f64(),
+                        image.size
+                    );
+                    self.event(cname, EventType::Normal, "Pulled", message);
+                }
+                image
+            }
             Err(e) => {
                 let reason = match &e {
                     ImageError::InvalidName(_) => "InvalidImageName",
@@ -617,6 +692,16 @@ impl Worker {
                     "pod {}: container {}: {e}",
                     self.pod.full_name(),
                     spec_container.name
+                );
+                if reason == "ErrImagePull" {
+                    let message = format!("Failed to pull image {image_name:?}: {e}");
+                    self.event(cname, EventType::Warning, "Failed", message);
+                }
+                self.event(
+                    cname,
+                    EventType::Warning,
+                    "Failed",
+                    format!("Error: {reason}"),
                 );
                 self.setup_failed(i, reason, e.to_string());
                 return;
@@ -631,6 +716,7 @@ impl Worker {
                     self.pod.full_name(),
                     spec_container.name
                 );
+                self.event(cname, EventType::Warning, "Failed", format!("Error: {e}"));
                 self.setup_failed(i, "CreateContainerConfigError", e.to_string());
                 return;
             }
@@ -689,15 +775,46 @@ impl Worker {
         self.save_containers();
         let log_path = self.log_path(&spec_container.name, restart_count);
 
-        let started = async {
+        let created = async {
             let monitor = self.monitor.as_mut().ok_or("no monitor".to_owned())?;
             monitor
                 .create(&id, &bundle.dir, &log_path)
                 .await
-                .map_err(|e| e.to_string())?;
-            self.ctx.runtime.start(&id).await.map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())
         }
         .await;
+        let started = match created {
+            Ok(_) => {
+                let name = &spec_container.name;
+                self.event(
+                    cname,
+                    EventType::Normal,
+                    "Created",
+                    format!("Created container: {name}"),
+                );
+                self.ctx.runtime.start(&id).await.map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e),
+        };
+        match &started {
+            Ok(()) => {
+                let name = &spec_container.name;
+                self.event(
+                    cname,
+                    EventType::Normal,
+                    "Started",
+                    format!("Started container {name}"),
+                );
+            }
+            Err(message) => {
+                self.event(
+                    cname,
+                    EventType::Warning,
+                    "Failed",
+                    format!("Error: {message}"),
+                );
+            }
+        }
         let c = &mut self.containers[i];
         c.setup_failed_at = None;
         c.record.view.waiting = None;
@@ -978,6 +1095,13 @@ impl Worker {
             .filter_map(|(i, c)| c.record.view.container_id.clone().map(|id| (i, id)))
             .collect();
         for (i, id) in &running {
+            let name = self.containers[*i].record.view.name.clone();
+            self.event(
+                Some(&name),
+                EventType::Normal,
+                "Killing",
+                format!("Stopping container {name}"),
+            );
             let signal = self.containers[*i]
                 .record
                 .stop_signal

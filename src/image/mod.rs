@@ -51,6 +51,8 @@ pub struct Image {
     /// Unpacked layer directories, bottom first.
     pub layers: Vec<PathBuf>,
     pub config: RunConfig,
+    /// Compressed size of its layers.
+    pub size: u64,
 }
 
 pub struct ImageService {
@@ -109,6 +111,14 @@ impl ImageService {
             pulls: RefCell::new(HashMap::new()),
             unpack_slots: Semaphore::new(1),
         }
+    }
+
+    /// Whether `image` is in the store (a bad name is not).
+    pub fn is_present(&self, image: &str) -> bool {
+        Reference::parse(image)
+            .ok()
+            .and_then(|r| self.store.record(&r.to_string()).ok().flatten())
+            .is_some()
     }
 
     /// The images in the store, by reference.
@@ -186,6 +196,7 @@ impl ImageService {
             id: record.config_digest.clone(),
             layers,
             config: config.config.unwrap_or_default(),
+            size: record.size,
         })
     }
 
