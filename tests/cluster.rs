@@ -281,6 +281,47 @@ fn node_registers_runs_pods_and_deletes_them() {
     );
     let left = api.kubectl_ok(&["get", "pods", "-o", "name"], None);
     assert_eq!(left.trim(), "", "{left}");
+
+    // A static pod appears as a mirror pod named after the node, with its
+    // status; a deleted mirror is made again; removing the manifest
+    // removes the mirror.
+    agent.write_manifest(
+        "static.yaml",
+        &pod_manifest("static", &image, "", "echo from-static; exec sleep 3600"),
+    );
+    let mirror = wait(&agent, "the mirror pod running", T, || {
+        let p = get(&api, &["get", "pod", "static-edge-1"])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let annotations = &mirror["metadata"]["annotations"];
+    assert!(
+        annotations["kubernetes.io/config.mirror"].is_string(),
+        "{mirror}"
+    );
+    assert_eq!(annotations["kubernetes.io/config.source"], "file");
+    assert_eq!(mirror["metadata"]["ownerReferences"][0]["kind"], "Node");
+    assert_eq!(
+        api.kubectl_ok(&["logs", "static-edge-1"], None),
+        "from-static\n"
+    );
+    let first_uid = mirror["metadata"]["uid"].clone();
+    api.kubectl_ok(&["delete", "pod", "static-edge-1", "--wait=false"], None);
+    wait(&agent, "the mirror pod made again", T, || {
+        let p = get(&api, &["get", "pod", "static-edge-1"])?;
+        (p["metadata"]["uid"] != first_uid && p["metadata"].get("deletionTimestamp").is_none())
+            .then_some(())
+    });
+    // The static pod itself never stopped.
+    assert_eq!(
+        agent.container_status("static-edge-1", "main").unwrap()["restartCount"],
+        0
+    );
+    agent.remove_manifest("static.yaml");
+    wait(&agent, "the mirror pod gone", T, || {
+        get(&api, &["get", "pod", "static-edge-1"])
+            .is_none()
+            .then_some(())
+    });
 }
 
 #[test]

@@ -50,6 +50,10 @@ pub fn sort(
             namespace: text(object, "/metadata/namespace").to_owned(),
             name: text(object, "/metadata/name").to_owned(),
         };
+        // Mirrors of static pods run from the manifest directory, not from here.
+        if super::mirror::mirror_of(object).is_some() {
+            continue;
+        }
         if object.pointer("/metadata/deletionTimestamp").is_some() {
             let grace = object
                 .pointer("/metadata/deletionGracePeriodSeconds")

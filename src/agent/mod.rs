@@ -5,6 +5,7 @@
 pub mod api_source;
 pub mod checkpoint;
 pub mod events;
+pub mod mirror;
 pub mod node;
 pub mod objects;
 pub mod sources;
@@ -60,6 +61,8 @@ pub struct Context {
     pub host_ip: Option<std::net::IpAddr>,
     /// Cluster mode: where API pods' statuses go.
     pub status_manager: Option<Rc<StatusManager>>,
+    /// Cluster mode: the Node's UID once registered (mirror pods' owner).
+    pub node_uid: Rc<std::cell::RefCell<Option<String>>>,
     /// Cluster mode: events for users.
     pub events: Option<Rc<events::EventRecorder>>,
     /// Cluster mode: ConfigMaps, Secrets and tokens for pods.
@@ -163,6 +166,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         events: cluster
             .as_ref()
             .map(|c| events::EventRecorder::new(c.0.clone(), &config.node_name)),
+        node_uid: Rc::default(),
         runtime,
         layout,
         config,
@@ -207,7 +211,9 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
 
     let mut api_changed = None;
     let mut api_pods = None;
+    let mut mirrors: Option<Rc<mirror::MirrorManager>> = None;
     if let Some((api, pods, changed, status)) = cluster {
+        let api_for_mirrors = api.clone();
         let facts =
             node::NodeFacts::gather(&ctx, format!("{}://{version}", ctx.config.runtime.name()));
         // The kubelet API: how the API server reaches this node for logs.
@@ -220,6 +226,14 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         if let Some(events) = &ctx.events {
             crate::rt::spawn(events.clone().run()).detach();
         }
+        let manager = mirror::MirrorManager::new(
+            api_for_mirrors,
+            pods.clone(),
+            &ctx.config.node_name,
+            ctx.node_uid.clone(),
+        );
+        crate::rt::spawn(manager.clone().run()).detach();
+        mirrors = Some(manager);
         api_changed = Some(changed);
         api_pods = Some(pods);
     }
@@ -229,6 +243,10 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             dir,
             ctx.config.file_check_frequency,
             ctx.config.max_pods as usize,
+            ctx.config
+                .kubeconfig
+                .as_ref()
+                .map(|_| ctx.config.node_name.clone()),
         )
     });
     let mut signals =
@@ -256,6 +274,14 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 report_rejected(&ctx, &scan.rejected, &mut reported);
                 let desired: HashMap<String, Pod> =
                     scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+                if let Some(mirrors) = &mirrors {
+                    mirrors.set_static(
+                        desired
+                            .iter()
+                            .map(|(uid, p)| (uid.clone(), p.manifest.clone()))
+                            .collect(),
+                    );
+                }
                 for (uid, handle) in workers.iter_mut() {
                     if !handle.from_api && !desired.contains_key(uid) {
                         handle.terminate(None);
@@ -307,7 +333,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 if rejected_reported.insert(pod.uid.clone()) {
                     log::warn!("pod {}/{} rejected: {message}", pod.namespace, pod.name);
                     let failed = api_source::rejected_status(reason, message);
-                    status.set(&pod.uid, &pod.namespace, &pod.name, failed);
+                    status.set(&pod.uid, &pod.namespace, &pod.name, failed, false);
                 }
             }
         }
@@ -341,7 +367,14 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             Event::Signal
         };
         match changed.or(api_change).or(done).or(signal).await {
-            Event::Changed => {}
+            Event::Changed => {
+                if let Some(mirrors) = &mirrors {
+                    mirrors.poke();
+                }
+                if let Some(status) = &ctx.status_manager {
+                    status.poke();
+                }
+            }
             Event::Done(uid) => {
                 workers.remove(&uid);
             }

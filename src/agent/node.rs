@@ -444,6 +444,7 @@ pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
         wait_for_node(&api, &name).await
     };
     log::info!("node {name} registered (uid {uid})");
+    *ctx.node_uid.borrow_mut() = Some(uid.clone());
     // Set when the Lease could not be renewed: the control plane may have
     // marked the node NotReady meanwhile, so the next report is complete
     // rather than a diff against what we last sent.

@@ -26,6 +26,10 @@ pub struct ManifestSource {
     rescan: Duration,
     watch: Option<Async<Inotify>>,
     max_pods: usize,
+    /// In cluster mode the node's name: static pods are named
+    /// `<name>-<node>`, as upstream's file source names them, so that their
+    /// mirror pods from several nodes do not collide.
+    node_suffix: Option<String>,
 }
 
 /// Changes come in bursts (several files copied at once); events within
@@ -33,12 +37,18 @@ pub struct ManifestSource {
 const SETTLE: Duration = Duration::from_millis(5);
 
 impl ManifestSource {
-    pub fn new(dir: PathBuf, rescan: Duration, max_pods: usize) -> Self {
+    pub fn new(
+        dir: PathBuf,
+        rescan: Duration,
+        max_pods: usize,
+        node_suffix: Option<String>,
+    ) -> Self {
         let mut source = ManifestSource {
             dir,
             rescan,
             watch: None,
             max_pods,
+            node_suffix,
         };
         source.try_watch();
         source
@@ -116,8 +126,33 @@ impl ManifestSource {
     pub async fn scan(&self) -> Option<Scan> {
         let dir = self.dir.clone();
         let max_pods = self.max_pods;
-        smol::unblock(move || scan_dir(&dir, max_pods)).await
+        let suffix = self.node_suffix.clone();
+        smol::unblock(move || {
+            let mut scan = scan_dir(&dir, max_pods)?;
+            if let Some(node) = suffix {
+                for pod in &mut scan.pods {
+                    add_node_suffix(pod, &node);
+                }
+            }
+            Some(scan)
+        })
+        .await
     }
+}
+
+fn add_node_suffix(pod: &mut Pod, node: &str) {
+    let name = format!("{}-{node}", pod.name);
+    let explicit_hostname = pod
+        .manifest
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.hostname.is_some());
+    if !explicit_hostname {
+        let hostname: String = name.chars().take(63).collect();
+        pod.hostname = hostname.trim_end_matches(['-', '.']).to_owned();
+    }
+    pod.manifest.metadata.name = Some(name.clone());
+    pod.name = name;
 }
 
 /// `None` when the directory cannot be read: that says nothing about which

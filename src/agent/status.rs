@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1 as core;
 use serde_json::{Value, json};
 use smol::channel::{Receiver, Sender};
 
+use super::mirror::mirror_of;
 use crate::kube::diff::strategic_diff;
 use crate::kube::watch::Reflector;
 use crate::kube::{Api, PatchType};
@@ -33,6 +34,8 @@ struct Entry {
     sent: Option<Value>,
     /// The pod's containers are stopped: delete it once its status is out.
     delete: bool,
+    /// A static pod: its status goes to its mirror pod.
+    mirrored: bool,
 }
 
 pub struct StatusManager {
@@ -55,13 +58,22 @@ impl StatusManager {
         })
     }
 
-    /// Records the status of pod `uid` to be sent.
-    pub fn set(&self, uid: &str, namespace: &str, name: &str, status: core::PodStatus) {
+    /// Records the status of pod `uid` to be sent; `mirrored` for a static
+    /// pod, whose status goes to its mirror pod once there is one.
+    pub fn set(
+        &self,
+        uid: &str,
+        namespace: &str,
+        name: &str,
+        status: core::PodStatus,
+        mirrored: bool,
+    ) {
         let mut entries = self.entries.borrow_mut();
         let entry = entries.entry(uid.to_owned()).or_default();
         entry.namespace = namespace.to_owned();
         entry.name = name.to_owned();
         entry.pending = Some(status);
+        entry.mirrored = mirrored;
         drop(entries);
         let _ = self.wake.try_send(());
     }
@@ -74,6 +86,11 @@ impl StatusManager {
         entry.name = name.to_owned();
         entry.delete = true;
         drop(entries);
+        let _ = self.wake.try_send(());
+    }
+
+    /// The API changed (a mirror pod may have appeared): try again.
+    pub fn poke(&self) {
         let _ = self.wake.try_send(());
     }
 
@@ -110,7 +127,7 @@ impl StatusManager {
     }
 
     async fn sync(&self, uid: &str) -> bool {
-        let (namespace, name, pending, sent, delete) = {
+        let (namespace, name, pending, sent, delete, mirrored) = {
             let entries = self.entries.borrow();
             let Some(e) = entries.get(uid) else {
                 return true;
@@ -121,9 +138,26 @@ impl StatusManager {
                 e.pending.clone(),
                 e.sent.clone(),
                 e.delete,
+                e.mirrored,
             )
         };
-        let in_api = self.pods.snapshot().objects.get(uid).cloned();
+        // The API object: the pod itself, or a static pod's mirror.
+        let (api_uid, in_api) = {
+            let snapshot = self.pods.snapshot();
+            match snapshot.objects.get(uid) {
+                Some(o) => (uid.to_owned(), Some(o.clone())),
+                None => snapshot
+                    .objects
+                    .iter()
+                    .find(|(_, o)| mirrored && mirror_of(o) == Some(uid))
+                    .map(|(u, o)| (u.clone(), Some(o.clone())))
+                    .unwrap_or((uid.to_owned(), None)),
+            }
+        };
+        if mirrored && in_api.is_none() {
+            // No mirror pod yet: the status waits for it.
+            return true;
+        }
         let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
         if let Some(status) = pending {
             let new = serde_json::to_value(&status).unwrap_or_default();
@@ -132,13 +166,20 @@ impl StatusManager {
                 .or_else(|| in_api.as_ref().and_then(|p| p.get("status").cloned()))
                 .unwrap_or(json!({}));
             if let Some(diff) = strategic_diff(&old, &new) {
-                let patch = json!({"metadata": {"uid": uid}, "status": diff});
+                let patch = json!({"metadata": {"uid": api_uid}, "status": diff});
                 match self
                     .api
                     .patch::<Value>(&format!("{path}/status"), PatchType::StrategicMerge, &patch)
                     .await
                 {
                     Ok(_) => {}
+                    // A mirror being replaced: send all to the next one.
+                    Err(e) if mirrored && (e.is_not_found() || e.is_conflict()) => {
+                        if let Some(e) = self.entries.borrow_mut().get_mut(uid) {
+                            e.sent = None;
+                        }
+                        return true;
+                    }
                     // Gone, or replaced by a pod of the same name: nothing
                     // of ours to update any more.
                     Err(e) if e.is_not_found() || e.is_conflict() => {

@@ -1067,14 +1067,15 @@ impl Worker {
         if let Err(e) = checkpoint::write_record(&self.dir, &record) {
             log::error!("pod {}: {e}", self.pod.full_name());
         }
-        if let Some(manager) = &self.ctx.status_manager
-            && self.pod.source == super::API_SOURCE
-        {
+        if let Some(manager) = &self.ctx.status_manager {
+            // Static pods' statuses go to their mirror pods.
+            let mirrored = self.pod.source != super::API_SOURCE;
             manager.set(
                 &self.pod.uid,
                 &self.pod.namespace,
                 &self.pod.name,
                 status.clone(),
+                mirrored,
             );
         }
         self.last_status = Some(status);
