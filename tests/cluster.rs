@@ -605,3 +605,111 @@ spec:
         || (running(&api, "app") && running(&api, "fresh")).then_some(()),
     );
 }
+
+/// The node's requests in the API server's record since it was cleared.
+fn node_requests(api: &ApiServer, node: &str) -> Vec<Value> {
+    let all: Value = serde_json::from_str(&api.admin("GET", "/requests")).unwrap();
+    let user = format!("system:node:{node}");
+    all.as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["user"] == user.as_str())
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn idle_traffic_stays_small_and_a_500_storm_backs_off() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-4", &[]);
+    // Five pods with their default service account token volumes.
+    let pods: Vec<String> = (0..5)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {image}\n    command: [sleep, '3600']\n"
+            )
+        })
+        .collect();
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&pods.join("---\n")));
+    wait(&agent, "five pods running", T, || {
+        (0..5)
+            .all(|i| running(&api, &format!("p{i}")))
+            .then_some(())
+    });
+    // Let the first status reports settle, then watch an idle minute.
+    std::thread::sleep(Duration::from_secs(12));
+    api.admin("DELETE", "/requests");
+    let window = Duration::from_secs(61);
+    std::thread::sleep(window);
+    let requests = node_requests(&api, "edge-4");
+    let is = |r: &Value, method: &str, path_part: &str| {
+        r["method"] == method && r["path"].as_str().unwrap().contains(path_part)
+    };
+    let leases = requests
+        .iter()
+        .filter(|r| is(r, "PUT", "/leases/edge-4"))
+        .count();
+    let node_status = requests
+        .iter()
+        .filter(|r| is(r, "PATCH", "/nodes/edge-4/status"))
+        .count();
+    let watches = requests
+        .iter()
+        .filter(|r| r["query"].as_str().unwrap_or("").contains("watch=1"))
+        .count();
+    let other: Vec<&Value> = requests
+        .iter()
+        .filter(|r| {
+            !is(r, "PUT", "/leases/edge-4")
+                && !is(r, "PATCH", "/nodes/edge-4/status")
+                && !r["query"].as_str().unwrap_or("").contains("watch=1")
+        })
+        .collect();
+    // Idle: Lease renewals every 10 s, nothing polled, no pod status sent.
+    assert!(
+        (5..=7).contains(&leases),
+        "{leases} Lease renewals in a minute: {requests:?}"
+    );
+    assert!(node_status <= 1, "{requests:?}");
+    assert!(watches <= 1, "{requests:?}");
+    assert!(other.is_empty(), "polling while idle: {other:?}");
+    // An hour, from what a minute shows plus the periodic work a minute
+    // cannot: node status every 5 min; 2 watches (pods, and the
+    // kube-root-ca.crt ConfigMap all five pods share) renewed every 10-20
+    // min, so at most 6 times each; 5 tokens renewed at 80 % of 3607 s.
+    let per_hour = leases as f64 * 3600.0 / window.as_secs_f64()
+        + 12.0
+        + 2.0 * 6.0
+        + 5.0 * 3600.0 / (0.8 * 3607.0);
+    assert!(per_hour <= 400.0, "{per_hour} requests an hour");
+    eprintln!("idle API traffic of a node with 5 pods: {per_hour:.0} requests/hour (projected)");
+
+    // A storm of 500s: the node backs off instead of looping, and recovers.
+    api.admin("DELETE", "/requests");
+    api.admin("POST", "/close-watches");
+    api.admin("POST", "/fail?count=40&status=500");
+    std::thread::sleep(Duration::from_secs(20));
+    let during = node_requests(&api, "edge-4");
+    let failed = during.iter().filter(|r| r["status"] == 500).count();
+    assert!(failed > 0, "the storm reached the node: {during:?}");
+    assert!(
+        during.len() <= 25,
+        "{} requests in 20 s: {during:?}",
+        during.len()
+    );
+    // The rest of the storm goes to kubectl; then all is well again.
+    wait(&agent, "the storm to end", T, || {
+        api.kubectl(&["get", "nodes"], None).0.then_some(())
+    });
+    let fresh = pod_manifest("after-storm", &image, "", "exec sleep 3600");
+    wait(&agent, "a pod applied after the storm", T, || {
+        api.kubectl(&["apply", "-f", "-"], Some(&fresh))
+            .0
+            .then_some(())
+    });
+    wait(&agent, "the new pod running", T, || {
+        running(&api, "after-storm").then_some(())
+    });
+}
