@@ -10,6 +10,8 @@
 # token server's key and certificate, pid, port, log and request log
 # (token.key, token.crt, token.pid, token.port, token.log,
 # token-requests.log) live in DIR too, and stop DIR stops it as well.
+# Repositories under private/ get no anonymous access at all: pulling them
+# needs USER:PASSWORD (for imagePullSecrets tests).
 #
 # Usage: scripts/registry.sh start DIR   -> prints 127.0.0.1:PORT
 #        scripts/registry.sh start DIR --token-auth USER:PASSWORD
@@ -209,7 +211,7 @@ start_token_server() {
   rm -f "$dir/token.port"
   detached "$dir/token.log" python3 "$TOKEN_SERVER" \
     --key "$dir/token.key" --cert "$dir/token.crt" --issuer "$TOKEN_ISSUER" \
-    --user "$token_auth" --port-file "$dir/token.port" \
+    --user "$token_auth" --port-file "$dir/token.port" --private private/ \
     --request-log "$dir/token-requests.log" &
   pid=$!
   echo "$pid" >"$dir/token.pid"

@@ -13,10 +13,12 @@ Usage: scripts/token-server.py --init DIR
        scripts/token-server.py --key FILE --cert FILE [--issuer NAME]
          [--user USER:PASSWORD] [--port N] [--port-file FILE]
          [--request-log FILE] [--ttl SECONDS] [--header x5c|kid]
+         [--private PREFIX ...]
 Serves on 127.0.0.1 only and prints 127.0.0.1:PORT once listening.
 
   GET  /token?service=S&scope=repository:NAME:ACTIONS[&scope=...]
-         token for S; anonymous callers get pull only, HTTP Basic auth
+         token for S; anonymous callers get pull only (nothing for
+         repositories under a --private prefix), HTTP Basic auth
          matching --user gets pull and push, wrong credentials get 401
   POST /token   the same as an OAuth2 password grant (form fields
          grant_type=password, username, password, service, scope), which
@@ -265,7 +267,8 @@ class Handler(BaseHTTPRequestHandler):
             wanted.setdefault(name, {}).update(dict.fromkeys(actions))
         access = []
         for name, actions in wanted.items():
-            granted = [a for a in actions if a in allowed]
+            private = any(name.startswith(p) for p in self.server.opts.private)
+            granted = [a for a in actions if a in allowed and (sub or not private)]
             if granted:
                 access.append({"type": "repository", "name": name, "actions": granted})
         now = int(time.time())
@@ -317,6 +320,10 @@ def main():
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--port-file", help="write the port here (atomically) once listening")
     p.add_argument("--request-log", help="append one line per request here (truncated at start)")
+    p.add_argument(
+        "--private", action="append", default=[], metavar="PREFIX",
+        help="repositories under PREFIX: no anonymous access (repeatable)",
+    )
     p.add_argument("--ttl", type=int, default=300, help="token lifetime in seconds (default %(default)s)")
     p.add_argument(
         "--header", choices=("x5c", "kid"), default="x5c",

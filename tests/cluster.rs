@@ -713,3 +713,64 @@ fn idle_traffic_stays_small_and_a_500_storm_backs_off() {
         running(&api, "after-storm").then_some(())
     });
 }
+
+#[test]
+fn image_pull_secrets_authenticate_pulls() {
+    let registry = Registry::start_with_token_auth("puller:s3cret");
+    // Under private/, anonymous callers get no access at all.
+    let image = registry.push("private/app:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-5", &[]);
+    let auth = base64_encode("puller:s3cret");
+    let config = format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, registry.addr);
+    let manifests = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: regcred}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n---\n{}",
+        pod_manifest(
+            "with-secret",
+            &image,
+            "  imagePullSecrets: [{name: regcred}]\n",
+            "exec sleep 3600"
+        ),
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifests));
+    wait(&agent, "the pod with the secret running", T, || {
+        running(&api, "with-secret").then_some(())
+    });
+    // Without credentials the same image is refused. (With IfNotPresent a
+    // pod would run the copy the first one pulled, as upstream does; Always
+    // makes it ask the registry.)
+    let always = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: always}}\nspec:\n  automountServiceAccountToken: false\n  containers:\n  - name: main\n    image: {image}\n    imagePullPolicy: Always\n    command: [sleep, '3600']\n"
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&always));
+    wait(&agent, "a refused anonymous pull", T, || {
+        let reason = phase_and_reason(&api, "always")?.1;
+        (reason == "ErrImagePull" || reason == "ImagePullBackOff").then_some(())
+    });
+    let requests = std::fs::read_to_string(registry.dir().join("token-requests.log")).unwrap();
+    assert!(
+        requests
+            .lines()
+            .any(|l| l.contains("sub=puller") && l.contains("private/app:pull")),
+        "{requests}"
+    );
+    assert!(
+        !agent.log().contains("s3cret"),
+        "credentials reached the log"
+    );
+}
+
+fn base64_encode(text: &str) -> String {
+    let out = std::process::Command::new("base64")
+        .arg("-w0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(text.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}

@@ -330,6 +330,32 @@ impl Worker {
         );
     }
 
+    /// Registry credentials from the pod's imagePullSecrets; a missing or
+    /// unreadable one is reported and skipped, as upstream does.
+    fn registry_auth(&self) -> crate::image::auth::RegistryAuth {
+        let mut auth = crate::image::auth::RegistryAuth::new();
+        for name in &self.pod.image_pull_secrets {
+            let data = self.objects.secrets.get(name).and_then(Option::as_ref);
+            let config = data.and_then(|d| d.0.get(".dockerconfigjson").or(d.0.get(".dockercfg")));
+            let problem = match config {
+                Some(bytes) => crate::image::auth::parse_docker_config(bytes, &mut auth).err(),
+                None => Some("not found or not a Docker config secret".to_owned()),
+            };
+            if let Some(problem) = problem {
+                let message = format!(
+                    "Unable to retrieve some image pull secrets ({name}); attempting to pull the image may not succeed: {problem}"
+                );
+                self.event(
+                    None,
+                    EventType::Warning,
+                    "FailedToRetrieveImagePullSecret",
+                    message,
+                );
+            }
+        }
+        auth
+    }
+
     fn has_api_volumes(&self) -> bool {
         self.pod.volumes.iter().any(|v| {
             matches!(&v.source, VolumeSource::Projected(p)
@@ -665,10 +691,11 @@ impl Worker {
             );
         }
         let pull_started = Instant::now();
+        let auth = self.registry_auth();
         let image = match self
             .ctx
             .images
-            .ensure(&spec_container.image, spec_container.pull_policy)
+            .ensure(&spec_container.image, spec_container.pull_policy, &auth)
             .await
         {
             Ok(image) => {

@@ -2,6 +2,7 @@
 //! container root filesystems. [`ImageService::ensure`] is the one entry
 //! point pod workers use.
 
+pub mod auth;
 pub mod manifest;
 pub mod reference;
 pub mod registry;
@@ -18,6 +19,7 @@ use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use smol::lock::{Mutex, Semaphore};
 
+use self::auth::{Credentials, RegistryAuth};
 use self::manifest::{Descriptor, Document, ImageConfig, Platform, RunConfig};
 use self::reference::{Reference, ReferenceError};
 use self::registry::{Registry, RegistryError};
@@ -132,9 +134,17 @@ impl ImageService {
     }
 
     /// Makes `image` present per `policy` and returns it.
-    pub async fn ensure(&self, image: &str, policy: PullPolicy) -> Result<Image, ImageError> {
+    /// `auth` holds the pod's registry credentials (imagePullSecrets), by
+    /// registry; only the image's own registry is sent them.
+    pub async fn ensure(
+        &self,
+        image: &str,
+        policy: PullPolicy,
+        auth: &RegistryAuth,
+    ) -> Result<Image, ImageError> {
         let reference = Reference::parse(image)?;
         let key = reference.to_string();
+        let creds = auth::lookup(auth, &reference.registry);
         if policy != PullPolicy::Always
             && let Some(record) = self.store.record(&key)?
         {
@@ -156,7 +166,7 @@ impl ImageService {
             // The pull we waited for is as fresh as ours would be.
             match self.store.record(&key)? {
                 Some(record) if someone_pulling => Ok(record),
-                _ => self.pull(&reference, &key).await.inspect(|record| {
+                _ => self.pull(&reference, &key, creds).await.inspect(|record| {
                     log::info!(
                         "pulled {key} ({} bytes) in {:?}",
                         record.size,
@@ -200,7 +210,12 @@ impl ImageService {
         })
     }
 
-    async fn pull(&self, reference: &Reference, key: &str) -> Result<ImageRecord, ImageError> {
+    async fn pull(
+        &self,
+        reference: &Reference,
+        key: &str,
+        creds: Option<&Credentials>,
+    ) -> Result<ImageRecord, ImageError> {
         let registry_err = |source| ImageError::Registry {
             image: key.to_owned(),
             source,
@@ -208,7 +223,7 @@ impl ImageService {
         let pull_err = |message: String| pull_error(key, message);
         let (body, content_type) = self
             .registry
-            .manifest(reference)
+            .manifest(reference, creds)
             .await
             .map_err(registry_err)?;
         let mut digest = sha256_digest(&body);
@@ -243,7 +258,7 @@ impl ImageService {
             };
             let (body, _) = self
                 .registry
-                .manifest(&by_digest)
+                .manifest(&by_digest, creds)
                 .await
                 .map_err(registry_err)?;
             digest = sha256_digest(&body);
@@ -266,7 +281,9 @@ impl ImageService {
             .config
             .clone()
             .ok_or_else(|| pull_err("manifest has no config".into()))?;
-        let config_bytes = self.fetch_small_blob(reference, key, &config_desc).await?;
+        let config_bytes = self
+            .fetch_small_blob(reference, key, creds, &config_desc)
+            .await?;
         let config: ImageConfig = serde_json::from_slice(&config_bytes)
             .map_err(|e| pull_err(format!("image config: {e}")))?;
         if config.os != self.platform.os || config.architecture != self.platform.architecture {
@@ -284,7 +301,7 @@ impl ImageService {
         for layer in &document.layers {
             size += layer.size;
             if !self.store.has_layer(&layer.digest) {
-                self.fetch_layer(reference, key, layer).await?;
+                self.fetch_layer(reference, key, creds, layer).await?;
             }
         }
         // The config, then the record, only once every layer is in place.
@@ -318,10 +335,11 @@ impl ImageService {
         &self,
         reference: &Reference,
         key: &str,
+        creds: Option<&Credentials>,
         digest: &str,
     ) -> Result<(http::Uri, hyper::body::Incoming), ImageError> {
         self.registry
-            .blob(reference, digest)
+            .blob(reference, digest, creds)
             .await
             .map_err(|source| ImageError::Registry {
                 image: key.to_owned(),
@@ -333,6 +351,7 @@ impl ImageService {
         &self,
         reference: &Reference,
         key: &str,
+        creds: Option<&Credentials>,
         desc: &Descriptor,
     ) -> Result<Vec<u8>, ImageError> {
         let pull_err = |message: String| pull_error(key, message);
@@ -342,7 +361,7 @@ impl ImageService {
                 desc.size
             )));
         }
-        let (url, body) = self.open_blob(reference, key, &desc.digest).await?;
+        let (url, body) = self.open_blob(reference, key, creds, &desc.digest).await?;
         let data = crate::http::read_body(&url, body, MAX_CONFIG)
             .await
             .map_err(|e| pull_err(e.to_string()))?;
@@ -356,6 +375,7 @@ impl ImageService {
         &self,
         reference: &Reference,
         key: &str,
+        creds: Option<&Credentials>,
         desc: &Descriptor,
     ) -> Result<(), ImageError> {
         let pull_err = |message: String| pull_error(key, message);
@@ -366,7 +386,7 @@ impl ImageService {
         // Removed however this ends: error, success, or the pull abandoned
         // (its pod deleted meanwhile).
         let blob = RemoveOnDrop(self.store.temp_path("blob"));
-        self.download(reference, key, desc, &blob.0).await?;
+        self.download(reference, key, creds, desc, &blob.0).await?;
         let _slot = self.unpack_slots.acquire().await;
         let (blob_path, unpack_dir) = (blob.0.clone(), self.store.temp_path("layer"));
         // Unpack and move into place in one blocking task, so that an
@@ -405,12 +425,13 @@ impl ImageService {
         &self,
         reference: &Reference,
         key: &str,
+        creds: Option<&Credentials>,
         desc: &Descriptor,
         path: &std::path::Path,
     ) -> Result<(), ImageError> {
         let pull_err = |message: String| pull_error(key, message);
         let io_err = |e: std::io::Error| pull_err(format!("{}: {e}", path.display()));
-        let (url, mut body) = self.open_blob(reference, key, &desc.digest).await?;
+        let (url, mut body) = self.open_blob(reference, key, creds, &desc.digest).await?;
         let mut file = smol::fs::File::create(path).await.map_err(io_err)?;
         let mut hasher = Sha256::new();
         let mut received: u64 = 0;

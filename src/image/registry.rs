@@ -8,6 +8,7 @@ use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use hyper::body::Incoming;
 
+use super::auth::Credentials;
 use super::reference::{DOCKER_HUB, Reference};
 use crate::http::{Client, HttpError, read_body};
 
@@ -33,8 +34,9 @@ const MAX_TOKEN: usize = 1 << 20;
 pub struct Registry {
     http: Client,
     mirrors: BTreeMap<String, Vec<String>>,
-    /// Bearer tokens by (host, repository), reused until the registry says 401.
-    tokens: RefCell<HashMap<(String, String), String>>,
+    /// Bearer tokens by (host, repository, user), reused until the registry
+    /// says 401.
+    tokens: RefCell<HashMap<(String, String, String), String>>,
 }
 
 impl Registry {
@@ -77,6 +79,7 @@ impl Registry {
     pub async fn manifest(
         &self,
         reference: &Reference,
+        creds: Option<&Credentials>,
     ) -> Result<(Vec<u8>, String), RegistryError> {
         let path = format!(
             "/v2/{}/manifests/{}",
@@ -84,7 +87,7 @@ impl Registry {
             reference.manifest_reference()
         );
         let (url, response) = self
-            .get(reference, &path, Some(super::manifest::ACCEPT))
+            .get(reference, &path, Some(super::manifest::ACCEPT), creds)
             .await?;
         let content_type = response
             .headers()
@@ -105,9 +108,10 @@ impl Registry {
         &self,
         reference: &Reference,
         digest: &str,
+        creds: Option<&Credentials>,
     ) -> Result<(Uri, Incoming), RegistryError> {
         let path = format!("/v2/{}/blobs/{digest}", reference.repository);
-        let (url, response) = self.get(reference, &path, None).await?;
+        let (url, response) = self.get(reference, &path, None, creds).await?;
         Ok((url, response.into_body()))
     }
 
@@ -118,12 +122,15 @@ impl Registry {
         reference: &Reference,
         path: &str,
         accept: Option<&str>,
+        creds: Option<&Credentials>,
     ) -> Result<(Uri, hyper::Response<Incoming>), RegistryError> {
         let hosts = self.hosts(reference);
         let mut last_err = None;
         for (i, host) in hosts.iter().enumerate() {
+            // Credentials go to the image's own registry, never to a mirror.
+            let creds = creds.filter(|_| i + 1 == hosts.len());
             match self
-                .get_from(host, &reference.repository, path, accept)
+                .get_from(host, &reference.repository, path, accept, creds)
                 .await
             {
                 Ok(ok) => return Ok(ok),
@@ -148,18 +155,28 @@ impl Registry {
         repository: &str,
         path: &str,
         accept: Option<&str>,
+        creds: Option<&Credentials>,
     ) -> Result<(Uri, hyper::Response<Incoming>), RegistryError> {
         let url = self.url(host, path)?;
-        let token_key = (host.to_owned(), repository.to_owned());
+        let user = creds.map(|c| c.username.clone()).unwrap_or_default();
+        let token_key = (host.to_owned(), repository.to_owned(), user);
         let mut fetched_token = false;
+        let mut basic = false;
         loop {
             let mut headers = HeaderMap::new();
             if let Some(accept) = accept.and_then(|a| HeaderValue::from_str(a).ok()) {
                 headers.insert(ACCEPT, accept);
             }
-            if let Some(token) = self.tokens.borrow().get(&token_key)
-                && let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}"))
-            {
+            let authorization = match (basic, creds) {
+                (true, Some(c)) => Some(c.basic()),
+                _ => self
+                    .tokens
+                    .borrow()
+                    .get(&token_key)
+                    .map(|t| format!("Bearer {t}")),
+            };
+            if let Some(mut value) = authorization.and_then(|a| HeaderValue::from_str(&a).ok()) {
+                value.set_sensitive(true);
                 headers.insert(AUTHORIZATION, value);
             }
             let (final_url, response) = self.http.get(Method::GET, &url, &headers, false).await?;
@@ -167,14 +184,25 @@ impl Registry {
             if status.is_success() {
                 return Ok((final_url, response));
             }
-            if status == StatusCode::UNAUTHORIZED && !fetched_token {
+            if status == StatusCode::UNAUTHORIZED && !fetched_token && !basic {
                 let challenge = response
                     .headers()
                     .get(WWW_AUTHENTICATE)
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
                     .to_owned();
-                let token = self.fetch_token(&url, &challenge, repository).await?;
+                if challenge
+                    .trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("basic")
+                    && creds.is_some()
+                {
+                    basic = true;
+                    continue;
+                }
+                let token = self
+                    .fetch_token(&url, &challenge, repository, creds)
+                    .await?;
                 self.tokens.borrow_mut().insert(token_key.clone(), token);
                 fetched_token = true;
                 continue;
@@ -193,13 +221,14 @@ impl Registry {
         }
     }
 
-    /// The Bearer-token flow (anonymous): ask the challenge's realm for a
-    /// pull token for this repository.
+    /// The Bearer-token flow: ask the challenge's realm for a pull token for
+    /// this repository, anonymously or with the credentials (HTTP Basic).
     async fn fetch_token(
         &self,
         url: &Uri,
         challenge: &str,
         repository: &str,
+        creds: Option<&Credentials>,
     ) -> Result<String, RegistryError> {
         let unauthorized = || RegistryError::Unauthorized {
             url: url.to_string(),
@@ -225,9 +254,14 @@ impl Registry {
             url: token_url_text.clone(),
             message: "invalid realm".into(),
         })?;
+        let mut headers = HeaderMap::new();
+        if let Some(mut value) = creds.and_then(|c| HeaderValue::from_str(&c.basic()).ok()) {
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
         let (final_url, response) = self
             .http
-            .get(Method::GET, &token_url, &HeaderMap::new(), plain_registry)
+            .get(Method::GET, &token_url, &headers, plain_registry)
             .await?;
         if !response.status().is_success() {
             return Err(RegistryError::Status {

@@ -68,6 +68,8 @@ pub struct Pod {
     pub supplemental_groups: Vec<u32>,
     pub volumes: Vec<Volume>,
     pub containers: Vec<Container>,
+    /// Secrets (dockerconfigjson) with registry credentials for pulls.
+    pub image_pull_secrets: Vec<String>,
     pub qos: QosClass,
     /// The object as admitted, for checkpoints and (later) the API server.
     pub manifest: core::Pod,

@@ -163,6 +163,9 @@ pub fn references(pod: &Pod) -> References {
             }
         }
     }
+    for name in &pod.image_pull_secrets {
+        add(&mut refs.secrets, name);
+    }
     for container in &pod.containers {
         for var in &container.env {
             match &var.value {

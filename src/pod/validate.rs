@@ -234,6 +234,7 @@ const SPEC: &[(&str, Shape)] = &[
     ("priority", Leaf),
     ("priorityClassName", Leaf),
     ("preemptionPolicy", Leaf),
+    ("imagePullSecrets", ListOf(&[("name", Leaf)])),
     // The service account's token reaches a pod only through a volume.
     ("serviceAccountName", Leaf),
     ("serviceAccount", Leaf),
@@ -384,6 +385,13 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         return Err(unsupported("spec.shareProcessNamespace=true"));
     }
     let host_network = spec.host_network.unwrap_or(false);
+    let image_pull_secrets: Vec<String> = spec
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|r| r.name.clone())
+        .filter(|n| !n.is_empty())
+        .collect();
     match spec.dns_policy.as_deref() {
         // Standalone there is no cluster DNS; upstream then falls back to the
         // host's resolver configuration, which is what Default means.
@@ -463,6 +471,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         supplemental_groups,
         volumes,
         containers,
+        image_pull_secrets,
         qos,
         manifest,
     })
