@@ -121,6 +121,10 @@ fn node_registers_runs_pods_and_deletes_them() {
         pod_manifest("fails", &image, "  restartPolicy: Never\n", "exit 3"),
         pod_manifest("odd", &image, "  shareProcessNamespace: true\n", "sleep 1"),
         pod_manifest("crashy", &image, "", "exit 1"),
+        // Asks for more CPU than any node of this test has.
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: huge}}\nspec:\n  automountServiceAccountToken: false\n  containers:\n  - name: main\n    image: {image}\n    resources: {{requests: {{cpu: '1000'}}}}\n"
+        ),
         pod_manifest(
             "noimage",
             &format!("{}/test/none:1", registry.addr),
@@ -169,6 +173,9 @@ fn node_registers_runs_pods_and_deletes_them() {
     wait(&agent, "odd rejected", T, || {
         (phase_and_reason(&api, "odd")? == ("Failed".into(), "UnsupportedPodSpec".into()))
             .then_some(())
+    });
+    wait(&agent, "huge refused", T, || {
+        (phase_and_reason(&api, "huge")? == ("Failed".into(), "OutOfcpu".into())).then_some(())
     });
     let odd = get(&api, &["get", "pod", "odd"]).unwrap();
     let message = odd["status"]["message"].as_str().unwrap();
@@ -275,12 +282,15 @@ fn node_registers_runs_pods_and_deletes_them() {
             "fails",
             "crashy",
             "noimage",
+            "huge",
             "--timeout=30s",
         ],
         None,
     );
-    let left = api.kubectl_ok(&["get", "pods", "-o", "name"], None);
-    assert_eq!(left.trim(), "", "{left}");
+    wait(&agent, "no pods left", T, || {
+        let left = api.kubectl_ok(&["get", "pods", "-o", "name"], None);
+        left.trim().is_empty().then_some(())
+    });
 
     // A static pod appears as a mirror pod named after the node, with its
     // status; a deleted mirror is made again; removing the manifest

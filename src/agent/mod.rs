@@ -2,6 +2,7 @@
 //! worker per pod, tells workers of pods that went away to terminate, and
 //! adopts what a previous run of the agent left.
 
+pub mod admission;
 pub mod api_source;
 pub mod checkpoint;
 pub mod events;
@@ -73,6 +74,8 @@ struct WorkerHandle {
     control: Sender<Control>,
     terminating: bool,
     from_api: bool,
+    /// CPU (millicores) and memory requests, for admission.
+    requests: (u64, u64),
     _task: smol::Task<()>,
 }
 
@@ -182,6 +185,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             let (control, control_rx) = smol::channel::unbounded();
             let uid = pod.uid.clone();
             let from_api = pod.source == API_SOURCE;
+            let requests = admission::requests(&pod);
             let worker = Worker::new(ctx.clone(), pod, admitted, control_rx);
             let done = done_tx.clone();
             let task_uid = uid.clone();
@@ -195,6 +199,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                     control,
                     terminating: false,
                     from_api,
+                    requests,
                     _task: task,
                 },
             );
@@ -257,6 +262,14 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let mut rejected_reported: HashSet<String> = HashSet::new();
     let mut delete_requested: HashSet<String> = HashSet::new();
     let node_labels = node::labels(&ctx);
+    let capacity = {
+        let (cpu_milli, memory) = node::allocatable(&ctx);
+        admission::Capacity {
+            cpu_milli,
+            memory,
+            pods: u64::from(ctx.config.max_pods),
+        }
+    };
 
     loop {
         let scan = match &source {
@@ -316,9 +329,30 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                     handle.terminate(None);
                 }
             }
-            for (uid, pod) in sorted.run {
-                if !workers.contains_key(&uid) {
-                    spawn_worker(pod, Timestamp::now(), &mut workers);
+            // New pods in creation order, each admitted if it fits in what
+            // the running ones leave.
+            let mut used = admission::Used::default();
+            for handle in workers.values().filter(|h| !h.terminating) {
+                used.pods += 1;
+                used.cpu_milli += handle.requests.0;
+                used.memory += handle.requests.1;
+            }
+            let mut new: Vec<Pod> = sorted
+                .run
+                .into_values()
+                .filter(|p| !workers.contains_key(&p.uid) && !rejected_reported.contains(&p.uid))
+                .collect();
+            new.sort_by_key(|p| p.manifest.metadata.creation_timestamp.clone().map(|t| t.0));
+            for pod in new {
+                match admission::admit(&pod, &capacity, &mut used) {
+                    Ok(()) => spawn_worker(pod, Timestamp::now(), &mut workers),
+                    Err((reason, message)) => {
+                        if rejected_reported.insert(pod.uid.clone()) {
+                            log::warn!("pod {} rejected: {message}", pod.full_name());
+                            let failed = api_source::rejected_status(&reason, &message);
+                            status.set(&pod.uid, &pod.namespace, &pod.name, failed, false);
+                        }
+                    }
                 }
             }
             // A pod being deleted that nothing runs any more: the
