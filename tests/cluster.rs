@@ -430,6 +430,28 @@ spec:
         "a secret reached the agent's log"
     );
 
+    // An update reaches the volume (through the watch, not the minute's
+    // refresh), replacing the files in one step.
+    let volume_dir = pod_dir.join("volumes/cfg");
+    let before = std::fs::read_link(volume_dir.join("..data")).unwrap();
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\ndata: {greeting: bonjour}\n"),
+    );
+    wait(
+        &agent,
+        "the updated ConfigMap in the volume",
+        Duration::from_secs(20),
+        || {
+            let text = std::fs::read_to_string(volume_dir.join("greeting")).ok()?;
+            (text == "bonjour").then_some(())
+        },
+    );
+    assert_ne!(
+        std::fs::read_link(volume_dir.join("..data")).unwrap(),
+        before
+    );
+
     // A missing ConfigMap keeps the container waiting with the reason.
     let missing = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: missing}}\nspec:\n  automountServiceAccountToken: false\n  containers:\n  - name: main\n    image: {image}\n    command: [sleep, '3600']\n    env:\n    - {{name: X, valueFrom: {{configMapKeyRef: {{name: nope, key: k}}}}}}\n"

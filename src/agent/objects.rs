@@ -10,6 +10,7 @@ use std::rc::Rc;
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
+use smol::channel::Sender;
 
 use crate::kube::watch::Reflector;
 use crate::kube::{Api, KubeError};
@@ -42,13 +43,17 @@ type Key = (Kind, String, String);
 
 struct Watched {
     reflector: Rc<Reflector>,
-    _task: smol::Task<()>,
-    users: HashSet<String>,
+    _tasks: [smol::Task<()>; 2],
+    users: Rc<RefCell<HashSet<String>>>,
 }
+
+/// Pod UID → where to tell its worker that an object it reads changed.
+type Subscribers = Rc<RefCell<HashMap<String, Sender<()>>>>;
 
 pub struct ObjectSource {
     api: Api,
     watched: RefCell<HashMap<Key, Watched>>,
+    subscribers: Subscribers,
 }
 
 impl ObjectSource {
@@ -56,7 +61,16 @@ impl ObjectSource {
         ObjectSource {
             api,
             watched: RefCell::default(),
+            subscribers: Rc::default(),
         }
+    }
+
+    /// Pod `user` wants to hear when an object it reads changes, to update
+    /// its volumes at once rather than at the next periodic refresh.
+    pub fn subscribe(&self, user: &str, changed: Sender<()>) {
+        self.subscribers
+            .borrow_mut()
+            .insert(user.to_owned(), changed);
     }
 
     /// The object's data, `None` if it does not exist. Pod `user` holds a
@@ -73,16 +87,26 @@ impl ObjectSource {
             let mut watched = self.watched.borrow_mut();
             let entry = watched.entry(key).or_insert_with(|| {
                 let path = format!("/api/v1/namespaces/{namespace}/{}", kind.resource());
-                let (reflector, _changes) =
+                let (reflector, changes) =
                     Reflector::new(self.api.clone(), &path, &format!("metadata.name={name}"));
-                let task = crate::rt::spawn(reflector.clone().run());
+                let users: Rc<RefCell<HashSet<String>>> = Rc::default();
+                let (forward_users, subscribers) = (users.clone(), self.subscribers.clone());
+                let forward = crate::rt::spawn(async move {
+                    while changes.recv().await.is_ok() {
+                        for user in forward_users.borrow().iter() {
+                            if let Some(tx) = subscribers.borrow().get(user) {
+                                let _ = tx.try_send(());
+                            }
+                        }
+                    }
+                });
                 Watched {
+                    _tasks: [crate::rt::spawn(reflector.clone().run()), forward],
                     reflector,
-                    _task: task,
-                    users: HashSet::new(),
+                    users,
                 }
             });
-            entry.users.insert(user.to_owned());
+            entry.users.borrow_mut().insert(user.to_owned());
             entry.reflector.clone()
         };
         {
@@ -101,9 +125,10 @@ impl ObjectSource {
 
     /// Pod `user` no longer needs its objects: watches nobody uses stop.
     pub fn release(&self, user: &str) {
+        self.subscribers.borrow_mut().remove(user);
         self.watched.borrow_mut().retain(|_, w| {
-            w.users.remove(user);
-            !w.users.is_empty()
+            w.users.borrow_mut().remove(user);
+            !w.users.borrow().is_empty()
         });
     }
 

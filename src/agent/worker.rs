@@ -69,8 +69,10 @@ pub struct Worker {
     sandbox_backoff: Backoff,
     /// The API objects its volumes and environment read.
     objects: PodObjects,
-    /// When volumes were last written; they are refreshed every minute.
+    /// When volumes were last written; they are refreshed every minute,
+    /// and at once when an object they show changes.
     volumes_written: Option<Instant>,
+    objects_changed: Receiver<()>,
 }
 
 /// How often volumes fed by the API server are brought up to date (the
@@ -82,6 +84,7 @@ enum Wake {
     Exit(Exit),
     MonitorLost,
     Timer,
+    ObjectsChanged,
 }
 
 impl Worker {
@@ -124,6 +127,10 @@ impl Worker {
             .ok()
             .flatten()
             .unwrap_or_default();
+        let (changed_tx, objects_changed) = smol::channel::bounded(1);
+        if let Some(source) = &ctx.objects {
+            source.subscribe(&pod.uid, changed_tx);
+        }
         Worker {
             ctx,
             pod,
@@ -142,6 +149,7 @@ impl Worker {
             sandbox_backoff: Backoff::default(),
             objects,
             volumes_written: None,
+            objects_changed,
         }
     }
 
@@ -183,6 +191,8 @@ impl Worker {
                 Wake::Exit(exit) => self.on_exit(exit).await,
                 Wake::MonitorLost => self.on_monitor_lost().await,
                 Wake::Timer => {}
+                // The next pass rewrites the volumes.
+                Wake::ObjectsChanged => self.volumes_written = None,
             }
         }
     }
@@ -488,7 +498,13 @@ impl Worker {
                 None => std::future::pending().await,
             }
         };
-        control.or(exit).or(timer).await
+        let changed = async {
+            match self.objects_changed.recv().await {
+                Ok(()) => Wake::ObjectsChanged,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        control.or(exit).or(changed).or(timer).await
     }
 
     /// Whether the container should get a new instance now that its current
