@@ -48,6 +48,10 @@ fn pod_manifest(name: &str, image: &str, spec: &str, command: &str) -> String {
     )
 }
 
+/// A ConfigMap `cfg` (greeting: hello) and a Secret `sec` (password:
+/// hunter2), ahead of a pod that reads them.
+const CFG_AND_SECRET: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\ndata: {greeting: hello}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: sec}\nstringData: {password: hunter2}\n---\n";
+
 fn phase_and_reason(api: &ApiServer, pod: &str) -> Option<(String, String)> {
     let p = get(api, &["get", "pod", pod])?;
     let phase = p["status"]["phase"].as_str()?.to_owned();
@@ -343,17 +347,7 @@ fn volumes_and_environment_from_the_api_server() {
     let script = "echo G=$GREETING P=$(PASS) N=$POD_NAME M=$MEM H=$HOST; cat /etc/cfg/greeting /etc/sec/password /etc/info/labels; echo; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; wc -c < /var/run/secrets/kubernetes.io/serviceaccount/ca.crt; cut -d. -f1 /var/run/secrets/kubernetes.io/serviceaccount/token; stat -c %a /etc/sec/..data/password; sleep 3600";
     // The pod keeps its default service account token volume.
     let manifests = format!(
-        r#"apiVersion: v1
-kind: ConfigMap
-metadata: {{name: cfg}}
-data: {{greeting: hello}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: sec}}
-stringData: {{password: hunter2}}
----
-apiVersion: v1
+        r#"{CFG_AND_SECRET}apiVersion: v1
 kind: Pod
 metadata: {{name: vols, labels: {{app: v}}}}
 spec:
@@ -492,17 +486,7 @@ fn keeps_pods_running_through_an_outage_and_a_reboot_while_offline() {
     let api = ApiServer::start_with(&["--node-grace", "20"]);
     let mut agent = Agent::join(&registry, &api, "edge-3", &[]);
     let app = format!(
-        r#"apiVersion: v1
-kind: ConfigMap
-metadata: {{name: cfg}}
-data: {{greeting: hello}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: sec}}
-stringData: {{password: hunter2}}
----
-apiVersion: v1
+        r#"{CFG_AND_SECRET}apiVersion: v1
 kind: Pod
 metadata: {{name: app}}
 spec:

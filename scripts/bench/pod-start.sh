@@ -16,6 +16,7 @@
 # Usage: scripts/bench/pod-start.sh [PODS]      (default 20)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+source scripts/bench/lib.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 pods=${1:-20}
 
@@ -30,20 +31,7 @@ agent=""
 cleanup() {
   set +e
   [[ -n $agent ]] && kill -9 "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
-  for pidfile in "$work"/state/pods/*/monitor.pid; do
-    [[ -f $pidfile ]] && kill -9 "$(cat "$pidfile")" 2>/dev/null
-  done
-  for root in "$work/state/runtime" "$work/runc"; do
-    for id in $(runc --root "$root" list -q 2>/dev/null); do
-      runc --root "$root" delete --force "$id" >/dev/null 2>&1
-    done
-  done
-  grep -o " $work[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m"; done
-  for hierarchy in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-    [[ -d "$hierarchy${cgroup_root#/}" ]] && find "$hierarchy${cgroup_root#/}" -depth -type d -exec rmdir {} + 2>/dev/null
-  done
-  scripts/registry.sh stop "$work/registry" >/dev/null 2>&1
-  rm -rf "$work"
+  bench_cleanup "$work" "$cgroup_root" "$work/state/runtime" "$work/runc"
 }
 trap cleanup EXIT
 

@@ -10,6 +10,16 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
+/// The first line a child prints on its piped stdout: how the servers of
+/// these tests say they listen.
+pub fn first_line(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim().to_owned()
+}
+
 /// The test-apiserver binary: Cargo's own path in its crate's tests; next
 /// to nanolet's binary elsewhere (`cargo test --workspace` builds both).
 pub fn binary() -> PathBuf {
@@ -64,11 +74,7 @@ impl ApiServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready");
+        assert_eq!(first_line(&mut child), "ready");
         let read = |f: &str| {
             std::fs::read_to_string(dir.join(f))
                 .unwrap()

@@ -2,7 +2,6 @@
 //! HTTP (curl) for the semantics kubectl hides: watches, 410, patches,
 //! preconditions, optimistic concurrency.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -871,14 +870,8 @@ server.serve_forever()
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        FakeKubelet {
-            child,
-            port: line.trim().parse().unwrap(),
-        }
+        let port = fixture::first_line(&mut child).parse().unwrap();
+        FakeKubelet { child, port }
     }
 }
 
