@@ -3,6 +3,7 @@
 //! credentials to another host, and timeouts by progress.
 
 pub mod io;
+pub mod proxy;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -116,6 +117,7 @@ struct Inner {
     idle: RefCell<HashMap<String, Vec<Sender>>>,
     /// Longest wait for a connection or a response's head.
     timeout: Duration,
+    proxy: proxy::ProxyConfig,
 }
 
 /// Scheme, host and port of a URL, as the pool keys connections.
@@ -158,6 +160,7 @@ impl Client {
                 plain_http,
                 idle: RefCell::new(HashMap::new()),
                 timeout: STALL_TIMEOUT,
+                proxy: proxy::ProxyConfig::from_env(),
             }),
         }
     }
@@ -173,6 +176,7 @@ impl Client {
                 plain_http: Vec::new(),
                 idle: RefCell::new(HashMap::new()),
                 timeout,
+                proxy: proxy::ProxyConfig::from_env(),
             }),
         }
     }
@@ -218,7 +222,13 @@ impl Client {
             url: url.to_string(),
             source,
         };
-        let addrs = smol::net::resolve((host.as_str(), port))
+        // Through a proxy: dial it, then ask for a tunnel to the target.
+        let via = self.inner.proxy.for_target(tls, &host, port).cloned();
+        let (dial_host, dial_port) = match &via {
+            Some(p) => (p.host.clone(), p.port),
+            None => (host.clone(), port),
+        };
+        let addrs = smol::net::resolve((dial_host.as_str(), dial_port))
             .await
             .map_err(connect_err)?;
         let mut last_err = std::io::Error::other("no address");
@@ -237,8 +247,16 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-        let tcp = tcp.ok_or_else(|| connect_err(last_err))?;
+        let mut tcp = tcp.ok_or_else(|| connect_err(last_err))?;
         let _ = tcp.get_ref().set_nodelay(true);
+        if let Some(via) = &via {
+            with_timeout(url, self.inner.timeout, async {
+                proxy::connect_tunnel(&mut tcp, via, &host, port)
+                    .await
+                    .map_err(connect_err)
+            })
+            .await?;
+        }
         let stream = if tls {
             let config = self.tls_config(url)?;
             let name = ServerName::try_from(host.clone()).map_err(|e| HttpError::Tls {
