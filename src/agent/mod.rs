@@ -358,6 +358,10 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             // A pod being deleted that nothing runs any more: the
             // kubelet's final delete.
             delete_requested.retain(|uid| sorted.deleting.contains_key(uid));
+            if let Some(reflector) = &api_pods {
+                let snapshot = reflector.snapshot();
+                rejected_reported.retain(|uid| snapshot.objects.contains_key(uid));
+            }
             for (uid, (pod, _)) in &sorted.deleting {
                 if !workers.contains_key(uid) && delete_requested.insert(uid.clone()) {
                     status.delete(uid, &pod.namespace, &pod.name);
@@ -411,6 +415,9 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             }
             Event::Done(uid) => {
                 workers.remove(&uid);
+                if let Some(status) = &ctx.status_manager {
+                    status.finished(&uid);
+                }
             }
             Event::Signal => {
                 log::info!("stopping; pods keep running and will be adopted by the next start");

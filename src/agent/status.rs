@@ -36,6 +36,8 @@ struct Entry {
     delete: bool,
     /// A static pod: its status goes to its mirror pod.
     mirrored: bool,
+    /// Its worker has ended: remove the entry once nothing is pending.
+    finished: bool,
 }
 
 pub struct StatusManager {
@@ -204,6 +206,13 @@ impl StatusManager {
             }
         }
         if !delete {
+            let mut entries = self.entries.borrow_mut();
+            if entries
+                .get(uid)
+                .is_some_and(|e| e.finished && e.pending.is_none())
+            {
+                entries.remove(uid);
+            }
             return true;
         }
         let options = json!({
@@ -231,9 +240,16 @@ impl StatusManager {
         true
     }
 
-    /// Forgets a pod the agent no longer runs and will not delete (it left
-    /// the API server on its own).
-    pub fn forget(&self, uid: &str) {
-        self.entries.borrow_mut().remove(uid);
+    /// The pod's worker has ended: once its last status is out (and its
+    /// delete, if asked for), the entry goes.
+    pub fn finished(&self, uid: &str) {
+        let mut entries = self.entries.borrow_mut();
+        match entries.get_mut(uid) {
+            Some(e) if e.pending.is_none() && !e.delete => {
+                entries.remove(uid);
+            }
+            Some(e) => e.finished = true,
+            None => {}
+        }
     }
 }

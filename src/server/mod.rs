@@ -10,6 +10,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_lite::StreamExt;
@@ -42,6 +43,8 @@ pub enum ServerError {
 }
 
 type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 type Body = UnsyncBoxBody<Bytes, BodyError>;
 
 fn full(status: StatusCode, content_type: &str, bytes: impl Into<Bytes>) -> Response<Body> {
@@ -162,13 +165,25 @@ pub fn bind(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, ServerError> {
     log::info!("kubelet API listening on https://{addr}");
     Ok(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, say: do not spin on it.
+                    log::warn!("kubelet API: accepting: {e}");
+                    smol::Timer::after(Duration::from_millis(200)).await;
+                    continue;
+                }
             };
             let acceptor = acceptor.clone();
             let ctx = ctx.clone();
             crate::rt::spawn(async move {
-                let Ok(tls) = acceptor.accept(stream).await else {
+                // A client that never finishes its handshake is dropped.
+                let handshake = async { acceptor.accept(stream).await.ok() };
+                let timeout = async {
+                    smol::Timer::after(HANDSHAKE_TIMEOUT).await;
+                    None
+                };
+                let Some(tls) = futures_lite::FutureExt::or(handshake, timeout).await else {
                     return;
                 };
                 let authenticated = tls
