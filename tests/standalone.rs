@@ -948,3 +948,31 @@ fn registry_mirrors_first_then_the_registry_itself() {
     assert_eq!(logs.trim(), "mirror");
     assert!(agent.log().contains("trying the next"), "{}", agent.log());
 }
+
+#[test]
+fn a_container_over_its_memory_limit_is_oom_killed() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    // tail keeps the whole of /dev/zero as one line: memory grows until
+    // the kernel's OOM killer ends it.
+    agent.write_manifest(
+        "oom.yaml",
+        &pod_yaml(
+            "oom",
+            "  restartPolicy: Never\n",
+            &format!(
+                "  - name: hog\n    image: {image}\n    command: [tail, /dev/zero]\n    resources: {{limits: {{memory: 16Mi}}}}\n"
+            ),
+        ),
+    );
+    let status = agent.wait_for("the OOM kill", T, |a| {
+        let s = a.container_status("oom", "hog")?;
+        s["state"]["terminated"].is_object().then_some(s)
+    });
+    let terminated = &status["state"]["terminated"];
+    assert_eq!(terminated["reason"], "OOMKilled", "{status}");
+    assert_eq!(terminated["exitCode"], 137);
+    let record = agent.record("oom").unwrap();
+    assert_eq!(record["status"]["phase"], "Failed");
+}

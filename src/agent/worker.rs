@@ -1002,7 +1002,15 @@ impl Worker {
             return;
         };
         let id = exit.id.clone();
-        self.record_exit(i, exit, "");
+        let cgroup = self
+            .ctx
+            .cgroups
+            .container_path(self.pod.qos, &self.pod.uid, &id);
+        let oom = exit.exit_code == 137 && crate::cgroup::oom_killed(&cgroup);
+        self.record_exit(i, exit, if oom { "OOM-killed" } else { "" });
+        if oom && let Some(t) = &mut self.containers[i].record.view.terminated {
+            t.reason = "OOMKilled".into();
+        }
         self.save_containers();
         self.write_status();
         // The instance is over; its logs stay, its runtime state and rootfs go.

@@ -75,6 +75,31 @@ impl Hierarchy {
     }
 }
 
+/// Whether the kernel's OOM killer killed a process of the container whose
+/// cgroup is `cgroup_path`: `oom_kill` in `memory.events` (v2) or in
+/// `memory.oom_control` (v1, kernel 4.13 and later). Read at the exit, before
+/// the runtime removes the cgroup.
+pub fn oom_killed(cgroup_path: &str) -> bool {
+    let relative = cgroup_path.trim_start_matches('/');
+    let candidates = [
+        Path::new("/sys/fs/cgroup")
+            .join(relative)
+            .join("memory.events"),
+        Path::new("/sys/fs/cgroup/memory")
+            .join(relative)
+            .join("memory.oom_control"),
+    ];
+    candidates.iter().any(|file| {
+        fs::read_to_string(file).is_ok_and(|text| {
+            text.lines().any(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .is_some_and(|n| n > 0)
+            })
+        })
+    })
+}
+
 /// Mount points of cgroup hierarchies (v1 controllers and cgroup2).
 fn cgroup_mounts() -> Vec<PathBuf> {
     let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
