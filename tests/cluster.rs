@@ -233,6 +233,26 @@ fn node_registers_runs_pods_and_deletes_them() {
     assert_eq!(api.kubectl_ok(&["logs", "fails", "--tail", "0"], None), "");
     let (ok, _, _) = api.kubectl(&["logs", "web", "--previous"], None);
     assert!(!ok, "no previous instance");
+    // A new image for a running container: stopped and started with it.
+    let image2 = registry.push("test/busybox:2", &[]);
+    api.kubectl_ok(
+        &["set", "image", "pod/web", &format!("main={image2}")],
+        None,
+    );
+    wait(&agent, "web restarted with the new image", T, || {
+        let p = get(&api, &["get", "pod", "web"])?;
+        let s = &p["status"]["containerStatuses"][0];
+        (s["restartCount"] == 1
+            && s["image"] == image2.as_str()
+            && s["state"]["running"].is_object())
+        .then_some(())
+    });
+    let described = api.kubectl_ok(&["describe", "pod", "web"], None);
+    assert!(
+        described.contains("definition changed, will be restarted"),
+        "{described}"
+    );
+
     // The kubelet API itself refuses clients without a certificate.
     let node = get(&api, &["get", "node", "edge-1"]).unwrap();
     let port = &node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"];

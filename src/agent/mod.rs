@@ -76,6 +76,8 @@ struct WorkerHandle {
     from_api: bool,
     /// CPU (millicores) and memory requests, for admission.
     requests: (u64, u64),
+    /// The pod as last given to the worker, to see updates.
+    pod: Pod,
     _task: smol::Task<()>,
 }
 
@@ -186,6 +188,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             let uid = pod.uid.clone();
             let from_api = pod.source == API_SOURCE;
             let requests = admission::requests(&pod);
+            let given = pod.clone();
             let worker = Worker::new(ctx.clone(), pod, admitted, control_rx);
             let done = done_tx.clone();
             let task_uid = uid.clone();
@@ -200,6 +203,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                     terminating: false,
                     from_api,
                     requests,
+                    pod: given,
                     _task: task,
                 },
             );
@@ -329,6 +333,19 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                     handle.terminate(None);
                 }
             }
+            // Changes to pods that run: new images, labels, annotations.
+            for (uid, handle) in workers.iter_mut() {
+                if let Some(pod) = sorted.run.get(uid)
+                    && handle.from_api
+                    && !handle.terminating
+                    && pod_changed(&handle.pod, pod)
+                {
+                    handle.pod = pod.clone();
+                    let _ = handle
+                        .control
+                        .try_send(Control::Update(Box::new(pod.clone())));
+                }
+            }
             // New pods in creation order, each admitted if it fits in what
             // the running ones leave.
             let mut used = admission::Used::default();
@@ -426,6 +443,15 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             }
         }
     }
+}
+
+/// Whether an API pod changed in a way its worker must act on: its spec
+/// (of which only images may change) or the labels and annotations the
+/// downward API shows.
+fn pod_changed(old: &Pod, new: &Pod) -> bool {
+    old.manifest.spec != new.manifest.spec
+        || old.manifest.metadata.labels != new.manifest.metadata.labels
+        || old.manifest.metadata.annotations != new.manifest.metadata.annotations
 }
 
 /// Logs newly rejected manifests once and writes the list for `nanolet

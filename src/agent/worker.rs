@@ -29,11 +29,14 @@ use crate::runtime::spec::{self, PodPaths, SpecInput};
 use crate::runtime::{Bundle, sandbox};
 use k8s_openapi::api::core::v1 as core;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Control {
     /// Stop the pod's containers (grace period, then SIGKILL) and remove it.
     /// `grace` is the deletion's own grace period, if it set one.
     Terminate { grace: Option<Duration> },
+    /// The pod changed in the API server (a container's image, labels,
+    /// annotations): containers whose image changed are restarted with it.
+    Update(Box<Pod>),
 }
 
 struct ContainerState {
@@ -46,6 +49,10 @@ struct ContainerState {
     setup_failed_at: Option<Instant>,
     /// No backoff/retry before this instant.
     retry_at: Option<Instant>,
+    /// Its spec changed: start it again whatever the restart policy.
+    restart_for_update: bool,
+    /// Stopping for an update: SIGKILL at this instant if still running.
+    kill_at: Option<Instant>,
 }
 
 pub struct Worker {
@@ -120,6 +127,8 @@ impl Worker {
                 setup_backoff: Backoff::default(),
                 setup_failed_at: None,
                 retry_at: None,
+                restart_for_update: false,
+                kill_at: None,
             })
             .collect();
         let (exits_tx, exits_rx) = smol::channel::unbounded();
@@ -181,13 +190,13 @@ impl Worker {
             .or(terminate)
             .await
             {
-                self.on_terminate(control);
+                self.on_control(control).await;
                 continue;
             }
             self.write_status();
             let wake = self.next_wake();
             match self.wait(wake).await {
-                Wake::Control(control) => self.on_terminate(control),
+                Wake::Control(control) => self.on_control(control).await,
                 Wake::Exit(exit) => self.on_exit(exit).await,
                 Wake::MonitorLost => self.on_monitor_lost().await,
                 Wake::Timer => {}
@@ -197,11 +206,78 @@ impl Worker {
         }
     }
 
-    fn on_terminate(&mut self, control: Option<Control>) {
-        self.terminating = true;
-        if let Some(Control::Terminate { grace: Some(grace) }) = control {
-            self.grace_override = Some(grace.min(self.pod.termination_grace));
+    async fn on_control(&mut self, control: Option<Control>) {
+        match control {
+            Some(Control::Update(pod)) => self.on_update(*pod).await,
+            Some(Control::Terminate { grace }) => {
+                self.terminating = true;
+                if let Some(grace) = grace {
+                    self.grace_override = Some(grace.min(self.pod.termination_grace));
+                }
+            }
+            // The agent is gone: nothing will tell this worker more.
+            None => self.terminating = true,
         }
+    }
+
+    /// As upstream: a container whose image changed is stopped (stop
+    /// signal, SIGKILL after the grace period) and started with the new
+    /// image; labels and annotations reach the downward API volumes.
+    async fn on_update(&mut self, pod: Pod) {
+        let name = self.pod.full_name();
+        let same_containers = pod.containers.len() == self.pod.containers.len()
+            && pod
+                .containers
+                .iter()
+                .zip(&self.pod.containers)
+                .all(|(a, b)| a.name == b.name);
+        if !same_containers {
+            log::warn!("pod {name}: its containers changed in the API server; ignoring");
+            return;
+        }
+        let old = std::mem::replace(&mut self.pod, pod);
+        self.volumes_written = None;
+        let now = Instant::now();
+        for i in 0..self.containers.len() {
+            let image = self.pod.containers[i].image.clone();
+            if old.containers[i].image == image {
+                continue;
+            }
+            let c = &mut self.containers[i];
+            c.record.view.image = image;
+            c.restart_for_update = true;
+            c.retry_at = None;
+            c.setup_failed_at = None;
+            let running = c.record.view.terminated.is_none();
+            let Some(id) = c.record.view.container_id.clone().filter(|_| running) else {
+                continue;
+            };
+            let signal = c
+                .record
+                .stop_signal
+                .clone()
+                .map(|s| s.trim_start_matches("SIG").to_owned())
+                .unwrap_or_else(|| "TERM".into());
+            c.kill_at = Some(now + self.pod.termination_grace);
+            let container = c.record.view.name.clone();
+            let message = format!("Container {container} definition changed, will be restarted");
+            self.event(Some(&container), EventType::Normal, "Killing", message);
+            if let Err(e) = self.ctx.runtime.kill(&id, &signal).await {
+                log::warn!("pod {name}: {e}");
+            }
+        }
+        let checkpoint = Checkpoint {
+            uid: self.pod.uid.clone(),
+            source: self.pod.source.clone(),
+            admitted: self.admitted,
+            manifest: self.pod.manifest.clone(),
+        };
+        let dir = self.dir.clone();
+        if let Err(e) = smol::unblock(move || checkpoint::write_checkpoint(&dir, &checkpoint)).await
+        {
+            log::error!("pod {name}: {e}");
+        }
+        self.save_containers();
     }
 
     /// Writes the checkpoint: what must bring the pod back after a reboot.
@@ -317,6 +393,7 @@ impl Worker {
         self.containers
             .iter()
             .filter_map(|c| c.retry_at)
+            .chain(self.containers.iter().filter_map(|c| c.kill_at))
             .chain(refresh)
             .min()
     }
@@ -573,6 +650,18 @@ impl Worker {
                 c.retry_at = None;
             }
         }
+        for i in 0..self.containers.len() {
+            let c = &mut self.containers[i];
+            if c.kill_at.is_some_and(|t| t <= now) {
+                c.kill_at = None;
+                if let Some(id) = c.record.view.container_id.clone()
+                    && c.record.view.terminated.is_none()
+                    && let Err(e) = self.ctx.runtime.kill(&id, "KILL").await
+                {
+                    log::warn!("pod {}: {e}", self.pod.full_name());
+                }
+            }
+        }
         let mut to_start = Vec::new();
         for i in 0..self.containers.len() {
             if self.containers[i].retry_at.is_some() {
@@ -584,12 +673,19 @@ impl Worker {
                 continue;
             }
             if let Some(terminated) = view.terminated.clone() {
-                if !self.wants_restart(&terminated) {
+                let updated = self.containers[i].restart_for_update;
+                if !self.wants_restart(&terminated) && !updated {
                     continue;
                 }
                 let c = &mut self.containers[i];
                 let last_end = c.exited_at.unwrap_or(now);
-                if let Some(until) = c.restart_backoff.wait_until(last_end, now) {
+                // A restart for a new spec is not a crash: no backoff.
+                let backoff = if updated {
+                    None
+                } else {
+                    c.restart_backoff.wait_until(last_end, now)
+                };
+                if let Some(until) = backoff {
                     let delay = c.restart_backoff.delay(now).unwrap_or_default();
                     let name = c.record.view.name.clone();
                     let message = format!(
@@ -805,6 +901,8 @@ impl Worker {
 
         let restart_count = {
             let c = &mut self.containers[i];
+            c.restart_for_update = false;
+            c.kill_at = None;
             if let Some(previous) = c.record.view.terminated.take() {
                 c.record.view.last_terminated = Some(previous);
                 c.record.view.restart_count += 1;
