@@ -52,6 +52,14 @@ fn pod_manifest(name: &str, image: &str, spec: &str, command: &str) -> String {
 /// hunter2), ahead of a pod that reads them.
 const CFG_AND_SECRET: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\ndata: {greeting: hello}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: sec}\nstringData: {password: hunter2}\n---\n";
 
+/// The status of a node's Ready condition.
+fn node_ready(api: &ApiServer, node: &str) -> Option<String> {
+    let n = get(api, &["get", "node", node])?;
+    let conditions = n["status"]["conditions"].as_array()?;
+    let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
+    ready["status"].as_str().map(str::to_owned)
+}
+
 fn phase_and_reason(api: &ApiServer, pod: &str) -> Option<(String, String)> {
     let p = get(api, &["get", "pod", pod])?;
     let phase = p["status"]["phase"].as_str()?.to_owned();
@@ -557,13 +565,7 @@ spec:
     api.admin("POST", "/compact");
     // Past the lease's grace: the control plane marks the node NotReady.
     wait(&agent, "node NotReady", Duration::from_secs(60), || {
-        let n = get(&api, &["get", "node", "edge-3"])?;
-        let ready = n["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "Ready")?
-            .clone();
-        (ready["status"] == "Unknown").then_some(())
+        (node_ready(&api, "edge-3")? == "Unknown").then_some(())
     });
     // The outage lasts NANOLET_TEST_OUTAGE_SECONDS in all (30 by default;
     // the 10 minutes with 600), the pods running throughout.
@@ -601,13 +603,7 @@ spec:
         },
     );
     wait(&agent, "node Ready", T, || {
-        let n = get(&api, &["get", "node", "edge-3"])?;
-        let ready = n["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "Ready")?
-            .clone();
-        (ready["status"] == "True").then_some(())
+        (node_ready(&api, "edge-3")? == "True").then_some(())
     });
     assert!(
         agent.log().contains("listing again"),

@@ -206,10 +206,12 @@ impl StatusManager {
             }
         }
         if !delete {
+            // A delete asked for while this pass ran keeps the entry: the
+            // wake it sent brings the next pass.
             let mut entries = self.entries.borrow_mut();
             if entries
                 .get(uid)
-                .is_some_and(|e| e.finished && e.pending.is_none())
+                .is_some_and(|e| e.finished && e.pending.is_none() && !e.delete)
             {
                 entries.remove(uid);
             }
