@@ -76,13 +76,7 @@ impl MirrorManager {
         loop {
             let _ = self.woken.recv().await;
             while !self.reconcile().await {
-                let retry = async {
-                    smol::Timer::after(RETRY).await;
-                };
-                let woken = async {
-                    let _ = self.woken.recv().await;
-                };
-                futures_lite::future::or(retry, woken).await;
+                super::woken_or_after(&self.woken, RETRY).await;
             }
         }
     }

@@ -445,6 +445,18 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     }
 }
 
+/// Waits for a wake-up on `woken`, or `retry` at the latest: how the
+/// status and mirror managers pace their retries.
+async fn woken_or_after(woken: &smol::channel::Receiver<()>, retry: Duration) {
+    let timer = async {
+        smol::Timer::after(retry).await;
+    };
+    let wake = async {
+        let _ = woken.recv().await;
+    };
+    futures_lite::future::or(timer, wake).await;
+}
+
 /// Whether an API pod changed in a way its worker must act on: its spec
 /// (of which only images may change) or the labels and annotations the
 /// downward API shows.

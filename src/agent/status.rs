@@ -96,24 +96,13 @@ impl StatusManager {
         let _ = self.wake.try_send(());
     }
 
-    /// Whether a final delete of `uid` is queued or in flight.
-    pub fn deleting(&self, uid: &str) -> bool {
-        self.entries.borrow().get(uid).is_some_and(|e| e.delete)
-    }
-
     pub async fn run(self: Rc<Self>) {
         loop {
             let _ = self.woken.recv().await;
             while !self.sync_all().await {
                 // Some request failed: try again later, keeping what is
                 // pending (newer statuses replace it meanwhile).
-                let retry = async {
-                    smol::Timer::after(RETRY).await;
-                };
-                let woken = async {
-                    let _ = self.woken.recv().await;
-                };
-                futures_lite::future::or(retry, woken).await;
+                super::woken_or_after(&self.woken, RETRY).await;
             }
         }
     }
