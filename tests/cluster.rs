@@ -133,6 +133,7 @@ fn node_registers_runs_pods_and_deletes_them() {
         pod_manifest("fails", &image, "  restartPolicy: Never\n", "exit 3"),
         pod_manifest("odd", &image, "  shareProcessNamespace: true\n", "sleep 1"),
         pod_manifest("crashy", &image, "", "exit 1"),
+        pod_manifest("hostnet", &image, "  hostNetwork: true\n", "exec sleep 3600"),
         // Asks for more CPU than any node of this test has.
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: huge}}\nspec:\n  automountServiceAccountToken: false\n  containers:\n  - name: main\n    image: {image}\n    resources: {{requests: {{cpu: '1000'}}}}\n"
@@ -173,6 +174,14 @@ fn node_registers_runs_pods_and_deletes_them() {
         row.contains("1/1") && row.contains("Running") && row.contains("edge-1"),
         "{row}"
     );
+
+    // On the host's network a pod's IP is the node's.
+    let hostnet = wait(&agent, "hostnet running", T, || {
+        let p = get(&api, &["get", "pod", "hostnet"])?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    assert_eq!(hostnet["status"]["podIP"], "127.0.0.1", "{hostnet}");
+    assert_eq!(hostnet["status"]["podIPs"][0]["ip"], "127.0.0.1");
 
     wait(&agent, "fails Failed", T, || {
         (phase_and_reason(&api, "fails")? == ("Failed".into(), "Error".into())).then_some(())
@@ -289,8 +298,9 @@ fn node_registers_runs_pods_and_deletes_them() {
         None,
     );
     assert!(events.contains("Stopping container main"), "{events}");
+    // Its state goes after its containers, mounts and cgroups.
     wait(&agent, "web's container gone", T, || {
-        agent.runtime_containers().is_empty().then_some(())
+        agent.record("web").is_none().then_some(())
     });
     let requests: Value = serde_json::from_str(&api.admin("GET", "/requests")).unwrap();
     let deletes: Vec<&Value> = requests
@@ -315,6 +325,7 @@ fn node_registers_runs_pods_and_deletes_them() {
             "crashy",
             "noimage",
             "huge",
+            "hostnet",
             "--timeout=30s",
         ],
         None,
@@ -322,6 +333,9 @@ fn node_registers_runs_pods_and_deletes_them() {
     wait(&agent, "no pods left", T, || {
         let left = api.kubectl_ok(&["get", "pods", "-o", "name"], None);
         left.trim().is_empty().then_some(())
+    });
+    wait(&agent, "no containers left", T, || {
+        agent.runtime_containers().is_empty().then_some(())
     });
 
     // A static pod appears as a mirror pod named after the node, with its
