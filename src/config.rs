@@ -55,6 +55,9 @@ struct KubeletConfigurationDoc {
     tls_cert_file: Option<PathBuf>,
     tls_private_key_file: Option<PathBuf>,
     authentication: Option<AuthenticationDoc>,
+    #[serde(rename = "clusterDNS", default)]
+    cluster_dns: Vec<std::net::IpAddr>,
+    cluster_domain: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -158,6 +161,9 @@ pub struct Config {
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub client_ca_file: Option<PathBuf>,
+    /// Nameservers of pods with dnsPolicy ClusterFirst (clusterDNS).
+    pub cluster_dns: Vec<std::net::IpAddr>,
+    pub cluster_domain: String,
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nanolet";
@@ -195,6 +201,8 @@ impl Default for Config {
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".into(),
         }
     }
 }
@@ -364,6 +372,10 @@ impl Config {
             .and_then(|a| a.x509)
             .and_then(|x| x.client_ca_file);
         config.node_labels = nanolet.node_labels;
+        config.cluster_dns = kubelet.cluster_dns;
+        if let Some(domain) = kubelet.cluster_domain {
+            config.cluster_domain = domain.trim_end_matches('.').to_owned();
+        }
         if let Some(dir) = nanolet.state_dir {
             config.state_dir = dir;
         }
@@ -420,6 +432,17 @@ impl Config {
                 })?
             }
             "client-ca-file" => self.client_ca_file = Some(value.into()),
+            "cluster-dns" => {
+                self.cluster_dns = value
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.trim().parse())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| {
+                        ConfigError::Flag(format!("--cluster-dns: {value:?} is not a list of IPs"))
+                    })?
+            }
+            "cluster-domain" => self.cluster_domain = value.trim_end_matches('.').to_owned(),
             "tls-cert-file" => self.tls_cert_file = Some(value.into()),
             "tls-private-key-file" => self.tls_private_key_file = Some(value.into()),
             "insecure-registry" => self.insecure_registries.push(value.into()),
@@ -445,7 +468,7 @@ mod tests {
 
     #[test]
     fn both_documents() {
-        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /m\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\n---\nkind: NanoletConfiguration\nstateDir: /s\nruntime: {name: crun}\ninsecureRegistries: [\"127.0.0.1:5000\"]\n";
+        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /m\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\nclusterDNS: [10.96.0.10]\nclusterDomain: edge.local.\n---\nkind: NanoletConfiguration\nstateDir: /s\nruntime: {name: crun}\ninsecureRegistries: [\"127.0.0.1:5000\"]\n";
         let c = Config::parse(text, Path::new("c.yaml")).unwrap();
         assert_eq!(c.static_pod_path, Some(PathBuf::from("/m")));
         assert_eq!(c.container_log_max_size, 1 << 20);
@@ -454,6 +477,11 @@ mod tests {
         assert_eq!(c.runtime, RuntimeKind::Crun);
         assert_eq!(c.runtime_path, PathBuf::from("crun"));
         assert_eq!(c.insecure_registries, vec!["127.0.0.1:5000".to_string()]);
+        assert_eq!(
+            c.cluster_dns,
+            vec!["10.96.0.10".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(c.cluster_domain, "edge.local");
     }
 
     #[test]

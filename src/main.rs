@@ -33,6 +33,7 @@ Flags of `run` (override the config file):
   --address IP --port N      the kubelet API's address (0.0.0.0) and port (10250)
   --client-ca-file FILE      CA of client certificates the kubelet API accepts
   --tls-cert-file FILE --tls-private-key-file FILE   its serving certificate
+  --cluster-dns IP,... --cluster-domain D   DNS of ClusterFirst pods
   -v, --verbose              debug logging (or RUST_LOG)
 ";
 

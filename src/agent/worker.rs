@@ -398,6 +398,27 @@ impl Worker {
             .min()
     }
 
+    fn cluster_dns(&self) -> sandbox::ClusterDns {
+        let config = &self.ctx.config;
+        let wants_cluster = match self.pod.dns_policy {
+            crate::pod::DnsPolicy::ClusterFirst => !self.pod.host_network,
+            crate::pod::DnsPolicy::ClusterFirstWithHostNet => true,
+            crate::pod::DnsPolicy::Default => false,
+        };
+        if wants_cluster && config.cluster_dns.is_empty() && config.kubeconfig.is_some() {
+            self.event(
+                None,
+                EventType::Warning,
+                "MissingClusterDNS",
+                "kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.".into(),
+            );
+        }
+        sandbox::ClusterDns {
+            servers: config.cluster_dns.clone(),
+            domain: config.cluster_domain.clone(),
+        }
+    }
+
     /// Records an event about the pod, or one of its containers.
     fn event(&self, container: Option<&str>, kind: EventType, reason: &str, message: String) {
         let Some(events) = &self.ctx.events else {
@@ -601,7 +622,7 @@ impl Worker {
         let result = async {
             if self.paths.is_none() {
                 self.paths = Some(
-                    sandbox::create(&self.pod, &self.dir)
+                    sandbox::create(&self.pod, &self.dir, &self.cluster_dns())
                         .await
                         .map_err(|e| e.to_string())?,
                 );

@@ -31,6 +31,13 @@ pub enum PullPolicy {
     Never,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DnsPolicy {
+    ClusterFirst,
+    ClusterFirstWithHostNet,
+    Default,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum QosClass {
     Guaranteed,
@@ -59,6 +66,7 @@ pub struct Pod {
     pub restart_policy: RestartPolicy,
     pub termination_grace: Duration,
     pub host_network: bool,
+    pub dns_policy: DnsPolicy,
     pub host_pid: bool,
     pub host_ipc: bool,
     pub hostname: String,

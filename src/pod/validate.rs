@@ -392,10 +392,10 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         .map(|r| r.name.clone())
         .filter(|n| !n.is_empty())
         .collect();
-    match spec.dns_policy.as_deref() {
-        // Standalone there is no cluster DNS; upstream then falls back to the
-        // host's resolver configuration, which is what Default means.
-        None | Some("ClusterFirst") | Some("Default") | Some("ClusterFirstWithHostNet") => {}
+    let dns_policy = match spec.dns_policy.as_deref() {
+        None | Some("ClusterFirst") => DnsPolicy::ClusterFirst,
+        Some("ClusterFirstWithHostNet") => DnsPolicy::ClusterFirstWithHostNet,
+        Some("Default") => DnsPolicy::Default,
         Some("None") => return Err(unsupported("spec.dnsPolicy=None")),
         Some(other) => {
             return Err(invalid(
@@ -403,7 +403,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
                 format!("unknown value {other:?}"),
             ));
         }
-    }
+    };
     let hostname = spec.hostname.clone().unwrap_or_else(|| name.clone());
     // Linux host names are at most 64 bytes; upstream truncates the pod name
     // to 63 characters.
@@ -462,6 +462,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         restart_policy,
         termination_grace: Duration::from_secs(grace as u64),
         host_network,
+        dns_policy,
         host_pid: spec.host_pid.unwrap_or(false),
         host_ipc: spec.host_ipc.unwrap_or(false),
         hostname,

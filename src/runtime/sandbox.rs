@@ -12,7 +12,7 @@ use nix::sched::{CloneFlags, unshare};
 
 use super::spec::PodPaths;
 use crate::mount::{self, MountError};
-use crate::pod::{HostPathKind, Pod, VolumeSource};
+use crate::pod::{DnsPolicy, HostPathKind, Pod, VolumeSource};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -61,7 +61,52 @@ fn own_namespaces(pod: &Pod) -> Vec<&'static str> {
 
 /// Sets up the sandbox of `pod` in `pod_dir` and returns the paths its
 /// containers' specs refer to.
-pub async fn create(pod: &Pod, pod_dir: &Path) -> Result<PodPaths, SandboxError> {
+/// The cluster's DNS, for pods with dnsPolicy ClusterFirst.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterDns {
+    pub servers: Vec<std::net::IpAddr>,
+    pub domain: String,
+}
+
+/// Upstream's cap on search domains (glibc's since 2.26).
+const MAX_SEARCH: usize = 32;
+
+/// The pod's resolv.conf by its dnsPolicy: the cluster's nameservers with
+/// the `<ns>.svc.<domain> svc.<domain> <domain>` search path (then the
+/// host's) and `ndots:5` for ClusterFirst off the host network and for
+/// ClusterFirstWithHostNet; the host's own file otherwise, and also when no
+/// cluster DNS is configured, as upstream falls back.
+pub fn resolv_conf_text(pod: &Pod, dns: &ClusterDns, host: &str) -> String {
+    let cluster = match pod.dns_policy {
+        DnsPolicy::ClusterFirst => !pod.host_network,
+        DnsPolicy::ClusterFirstWithHostNet => true,
+        DnsPolicy::Default => false,
+    };
+    if !cluster || dns.servers.is_empty() {
+        return host.to_owned();
+    }
+    let domain = &dns.domain;
+    let mut search = vec![
+        format!("{}.svc.{domain}", pod.namespace),
+        format!("svc.{domain}"),
+        domain.clone(),
+    ];
+    for line in host.lines() {
+        if let Some(rest) = line.strip_prefix("search") {
+            search.extend(rest.split_whitespace().map(str::to_owned));
+        }
+    }
+    search.dedup();
+    search.truncate(MAX_SEARCH);
+    let mut text = String::new();
+    for server in &dns.servers {
+        text.push_str(&format!("nameserver {server}\n"));
+    }
+    text.push_str(&format!("search {}\noptions ndots:5\n", search.join(" ")));
+    text
+}
+
+pub async fn create(pod: &Pod, pod_dir: &Path, dns: &ClusterDns) -> Result<PodPaths, SandboxError> {
     let ns_dir = pod_dir.join("ns");
     fs::create_dir_all(&ns_dir).map_err(io_at(&ns_dir))?;
     let kinds = own_namespaces(pod);
@@ -93,10 +138,11 @@ pub async fn create(pod: &Pod, pod_dir: &Path) -> Result<PodPaths, SandboxError>
     };
     write(&hosts, hosts_text.as_bytes())?;
     write(&hostname, format!("{hostname_text}\n").as_bytes())?;
-    // Standalone there is no cluster DNS: every dnsPolicy resolves like
-    // Default, with the host's configuration.
-    let resolv = fs::read("/etc/resolv.conf").unwrap_or_default();
-    write(&resolv_conf, &resolv)?;
+    let host_resolv = fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    write(
+        &resolv_conf,
+        resolv_conf_text(pod, dns, &host_resolv).as_bytes(),
+    )?;
 
     let mut volumes = Vec::new();
     for volume in &pod.volumes {
@@ -281,4 +327,46 @@ pub fn teardown(pod_dir: &Path) -> Result<(), SandboxError> {
         mount::unmount(&leftover)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod dns_tests {
+    use super::*;
+
+    fn pod(extra: &str) -> Pod {
+        crate::pod::manifest::parse_one(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: shop}}\nspec:\n{extra}  containers:\n  - name: c\n    image: i:1\n"
+        ))
+    }
+
+    #[test]
+    fn resolv_conf_by_dns_policy() {
+        let dns = ClusterDns {
+            servers: vec!["10.96.0.10".parse().unwrap()],
+            domain: "cluster.local".into(),
+        };
+        let host = "nameserver 192.168.1.1\nsearch lan\n";
+        assert_eq!(
+            resolv_conf_text(&pod(""), &dns, host),
+            "nameserver 10.96.0.10\nsearch shop.svc.cluster.local svc.cluster.local cluster.local lan\noptions ndots:5\n"
+        );
+        // On the host network ClusterFirst means the host's; WithHostNet not.
+        assert_eq!(
+            resolv_conf_text(&pod("  hostNetwork: true\n"), &dns, host),
+            host
+        );
+        let with_host_net = pod("  hostNetwork: true\n  dnsPolicy: ClusterFirstWithHostNet\n");
+        assert!(
+            resolv_conf_text(&with_host_net, &dns, host).starts_with("nameserver 10.96.0.10\n")
+        );
+        assert_eq!(
+            resolv_conf_text(&pod("  dnsPolicy: Default\n"), &dns, host),
+            host
+        );
+        // No cluster DNS configured: the host's, as upstream falls back.
+        assert_eq!(
+            resolv_conf_text(&pod(""), &ClusterDns::default(), host),
+            host
+        );
+    }
 }
