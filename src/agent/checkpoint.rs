@@ -42,6 +42,17 @@ pub struct ContainerRecord {
     pub stop_signal: Option<String>,
 }
 
+impl ContainerRecord {
+    /// The signal that stops the instance, as runc names it: the image's
+    /// STOPSIGNAL, else TERM.
+    pub fn stop_signal(&self) -> String {
+        self.stop_signal
+            .as_deref()
+            .map(|s| s.trim_start_matches("SIG").to_owned())
+            .unwrap_or_else(|| "TERM".into())
+    }
+}
+
 /// The pod as `nanolet pods` and `nanolet logs` see it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

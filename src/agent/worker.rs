@@ -252,12 +252,7 @@ impl Worker {
             let Some(id) = c.record.view.container_id.clone().filter(|_| running) else {
                 continue;
             };
-            let signal = c
-                .record
-                .stop_signal
-                .clone()
-                .map(|s| s.trim_start_matches("SIG").to_owned())
-                .unwrap_or_else(|| "TERM".into());
+            let signal = c.record.stop_signal();
             c.kill_at = Some(now + self.pod.termination_grace);
             let container = c.record.view.name.clone();
             let message = format!("Container {container} definition changed, will be restarted");
@@ -1273,12 +1268,7 @@ impl Worker {
                 "Killing",
                 format!("Stopping container {name}"),
             );
-            let signal = self.containers[*i]
-                .record
-                .stop_signal
-                .clone()
-                .map(|s| s.trim_start_matches("SIG").to_owned())
-                .unwrap_or_else(|| "TERM".into());
+            let signal = self.containers[*i].record.stop_signal();
             if let Err(e) = self.ctx.runtime.kill(id, &signal).await {
                 log::warn!("pod {name}: {e}");
             }
