@@ -238,6 +238,19 @@ fn node_registers_runs_pods_and_deletes_them() {
     // kubectl logs, through the API server to the kubelet API.
     let logs = api.kubectl_ok(&["logs", "web"], None);
     assert_eq!(logs, "hello\n");
+    // Following: the stream stays open after the last line.
+    let follow = std::process::Command::new("timeout")
+        .args(["3", "kubectl", "--kubeconfig"])
+        .arg(api.dir.join("admin.kubeconfig"))
+        .args(["logs", "-f", "web"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        follow.status.code(),
+        Some(124),
+        "kubectl logs -f ended by itself"
+    );
+    assert_eq!(String::from_utf8_lossy(&follow.stdout), "hello\n");
     let stamped = api.kubectl_ok(&["logs", "web", "--timestamps", "--tail", "1"], None);
     assert!(
         stamped.ends_with("Z hello\n") && stamped.starts_with("20"),
@@ -600,7 +613,13 @@ spec:
             agent.log()
         );
     }
-    assert!(running(&api, "doomed") || phase_and_reason(&api, "doomed").is_some());
+    // The node could not finish the deletion while cut off: the pod waits
+    // in the API with its deletion timestamp.
+    let doomed = get(&api, &["get", "pod", "doomed"]).expect("doomed is still in the API");
+    assert!(
+        doomed["metadata"]["deletionTimestamp"].is_string(),
+        "{doomed}"
+    );
     let outage_logs = agent.log().matches("API server unreachable").count();
     assert_eq!(outage_logs, 1, "the outage is logged once\n{}", agent.log());
 
