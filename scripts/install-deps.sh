@@ -9,10 +9,10 @@ set -euo pipefail
 # curl is not in the brief's list but registry.sh needs it for its readiness
 # probe, and minimal images do not always ship it.
 COMMANDS=(runc crun docker-registry skopeo umoci busybox jq htpasswd qemu-aarch64-static mkfs.ext4 curl file
-  aarch64-linux-gnu-gcc)
+  aarch64-linux-gnu-gcc iptables)
 PACKAGES=(runc crun docker-registry skopeo umoci busybox-static jq apache2-utils
   qemu-user-static e2fsprogs iproute2 musl-tools gcc-aarch64-linux-gnu
-  libc6-dev-arm64-cross curl file)
+  libc6-dev-arm64-cross curl file iptables containernetworking-plugins)
 RUST_TARGETS=(aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 
 missing=()
@@ -26,6 +26,11 @@ if [[ ! -x /bin/busybox ]] ||
   [[ "$(dpkg-query -W -f='${Status}' busybox-static 2>/dev/null || true)" != "install ok installed" ]]; then
   missing+=("busybox-static")
 fi
+
+# CNI plugins are not commands on PATH; the network tests run Debian's.
+for plugin in bridge host-local portmap; do
+  [[ -x /usr/lib/cni/$plugin ]] || { missing+=("containernetworking-plugins"); break; }
+done
 
 if ((${#missing[@]} > 0)); then
   if ((EUID != 0)); then

@@ -89,6 +89,8 @@ struct NanoletConfigurationDoc {
     ca_file: Option<PathBuf>,
     #[serde(default)]
     node_labels: BTreeMap<String, String>,
+    cni_conf_dir: Option<PathBuf>,
+    cni_bin_dirs: Option<Vec<PathBuf>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -164,6 +166,10 @@ pub struct Config {
     /// Nameservers of pods with dnsPolicy ClusterFirst (clusterDNS).
     pub cluster_dns: Vec<std::net::IpAddr>,
     pub cluster_domain: String,
+    /// CNI network configurations (the first in lexical order is used).
+    pub cni_conf_dir: PathBuf,
+    /// Where CNI plugins are looked up, in order.
+    pub cni_bin_dirs: Vec<PathBuf>,
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nanolet";
@@ -203,6 +209,9 @@ impl Default for Config {
             client_ca_file: None,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),
+            cni_conf_dir: PathBuf::from("/etc/cni/net.d"),
+            // Upstream's default, then where Debian's package puts them.
+            cni_bin_dirs: vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")],
         }
     }
 }
@@ -391,6 +400,12 @@ impl Config {
             }
         }
         config.insecure_registries = nanolet.insecure_registries;
+        if let Some(dir) = nanolet.cni_conf_dir {
+            config.cni_conf_dir = dir;
+        }
+        if let Some(dirs) = nanolet.cni_bin_dirs {
+            config.cni_bin_dirs = dirs;
+        }
         config.registry_mirrors = nanolet.registry_mirrors;
         if let Some(ca) = nanolet.ca_file {
             config.ca_file = ca;
@@ -446,6 +461,14 @@ impl Config {
             "tls-cert-file" => self.tls_cert_file = Some(value.into()),
             "tls-private-key-file" => self.tls_private_key_file = Some(value.into()),
             "insecure-registry" => self.insecure_registries.push(value.into()),
+            "cni-conf-dir" => self.cni_conf_dir = value.into(),
+            "cni-bin-dir" => {
+                self.cni_bin_dirs = value
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from)
+                    .collect()
+            }
             "container-log-max-size" => {
                 self.container_log_max_size = quantity::parse_bytes(value)
                     .map_err(|e| ConfigError::Flag(format!("--container-log-max-size: {e}")))?

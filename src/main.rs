@@ -34,6 +34,8 @@ Flags of `run` (override the config file):
   --client-ca-file FILE      CA of client certificates the kubelet API accepts
   --tls-cert-file FILE --tls-private-key-file FILE   its serving certificate
   --cluster-dns IP,... --cluster-domain D   DNS of ClusterFirst pods
+  --cni-conf-dir DIR         CNI network configurations (/etc/cni/net.d)
+  --cni-bin-dir DIR,...      CNI plugins (/opt/cni/bin,/usr/lib/cni)
   -v, --verbose              debug logging (or RUST_LOG)
 ";
 

@@ -34,6 +34,7 @@ use crate::image::store::Store;
 use crate::kube::Api;
 use crate::kube::watch::Reflector;
 use crate::pod::Pod;
+use crate::runtime::cni::Cni;
 use crate::runtime::monitor_client::MonitorSettings;
 use crate::runtime::runc::Runtime;
 use crate::state::{self, Layout, StateError};
@@ -68,6 +69,8 @@ pub struct Context {
     pub events: Option<Rc<events::EventRecorder>>,
     /// Cluster mode: ConfigMaps, Secrets and tokens for pods.
     pub objects: Option<objects::ObjectSource>,
+    /// The pod network's plugins and configuration.
+    pub cni: Cni,
 }
 
 struct WorkerHandle {
@@ -152,7 +155,25 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     };
 
     let host_ip = config.node_ip.or_else(node::default_route_ip);
+    let cni = Cni {
+        conf_dir: config.cni_conf_dir.clone(),
+        bin_dirs: config.cni_bin_dirs.clone(),
+    };
+    match cni.network() {
+        Ok(Some((path, list))) => log::info!(
+            "pod network: CNI {:?} (version {}) from {}",
+            list.name,
+            list.cni_version,
+            path.display()
+        ),
+        Ok(None) => log::warn!(
+            "no CNI network configuration in {}: pods off the host network get loopback only",
+            cni.conf_dir.display()
+        ),
+        Err(e) => log::error!("{e}"),
+    }
     let ctx = Rc::new(Context {
+        cni,
         images: ImageService::new(registry, store),
         monitor: MonitorSettings {
             executable,

@@ -459,6 +459,18 @@ impl Worker {
         auth
     }
 
+    /// The node's address on the host network, else the pod network's.
+    fn pod_ips(&self) -> Vec<String> {
+        if self.pod.host_network {
+            return self.ctx.host_ip.iter().map(|ip| ip.to_string()).collect();
+        }
+        self.paths
+            .iter()
+            .flat_map(|p| &p.pod_ips)
+            .map(|ip| ip.to_string())
+            .collect()
+    }
+
     fn has_api_volumes(&self) -> bool {
         self.pod.volumes.iter().any(|v| {
             matches!(&v.source, VolumeSource::Projected(p)
@@ -471,11 +483,7 @@ impl Worker {
         let host_ip = self.ctx.host_ip.map(|ip| ip.to_string());
         Downward {
             node_name: self.ctx.config.node_name.clone(),
-            pod_ips: host_ip
-                .clone()
-                .filter(|_| self.pod.host_network)
-                .into_iter()
-                .collect(),
+            pod_ips: self.pod_ips(),
             host_ip,
             node_cpu_milli,
             node_memory,
@@ -617,7 +625,7 @@ impl Worker {
         let result = async {
             if self.paths.is_none() {
                 self.paths = Some(
-                    sandbox::create(&self.pod, &self.dir, &self.cluster_dns())
+                    sandbox::create(&self.pod, &self.dir, &self.cluster_dns(), &self.ctx.cni)
                         .await
                         .map_err(|e| e.to_string())?,
                 );
@@ -1189,14 +1197,7 @@ impl Worker {
             (true, false) => Lifecycle::Terminating,
             (false, false) => Lifecycle::Running,
         };
-        // Without CNI yet, only host-network pods have an address.
-        let pod_ips: Vec<String> = self
-            .ctx
-            .host_ip
-            .filter(|_| self.pod.host_network)
-            .map(|ip| ip.to_string())
-            .into_iter()
-            .collect();
+        let pod_ips = self.pod_ips();
         let views: Vec<ContainerView> = self
             .containers
             .iter()
@@ -1397,7 +1398,7 @@ pub async fn remove_pod_state(
             }
         }
     }
-    if let Err(e) = sandbox::teardown(dir) {
+    if let Err(e) = sandbox::teardown(dir, &ctx.cni).await {
         log::warn!("pod {uid}: {e}");
     }
     if let Err(e) = ctx.cgroups.remove_pod(qos, uid) {

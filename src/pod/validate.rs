@@ -801,12 +801,21 @@ fn convert_container(
                 "must be 1-65535",
             ));
         }
-        if let Some(host_port) = port.host_port
-            && !(host_network && host_port == port.container_port)
-        {
-            return Err(unsupported(format!(
-                "{field}.ports[{i}].hostPort (port mapping comes with CNI)"
-            )));
+        match port.host_port {
+            Some(host_port) if !(0..=65535).contains(&host_port) => {
+                return Err(invalid(
+                    format!("{field}.ports[{i}].hostPort"),
+                    "must be 0-65535",
+                ));
+            }
+            // As upstream: on the host network there is nothing to map.
+            Some(host_port) if host_network && host_port != port.container_port => {
+                return Err(invalid(
+                    format!("{field}.ports[{i}].hostPort"),
+                    "must match `containerPort` when `hostNetwork` is true",
+                ));
+            }
+            _ => {}
         }
     }
     let mut env = Vec::new();
@@ -1113,7 +1122,8 @@ mod tests {
         };
         assert!(c(json!({"securityContext": {"privileged": true}})).is_err());
         assert!(c(json!({"tty": true})).is_err());
-        assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 8080}]})).is_err());
+        assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 8080}]})).is_ok());
+        assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 70000}]})).is_err());
         assert!(c(json!({"resources": {"limits": {"nvidia.com/gpu": "1"}}})).is_err());
         assert!(c(json!({"resources": {"limits": {"memory": "lots"}}})).is_err());
         assert!(c(json!({"volumeMounts": [{"name": "x", "mountPath": "/x"}]})).is_err());

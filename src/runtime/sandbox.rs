@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use nix::sched::{CloneFlags, unshare};
 
+use super::cni::{self, Attachment, Cni, CniError};
 use super::spec::PodPaths;
 use crate::mount::{self, MountError};
 use crate::pod::{DnsPolicy, HostPathKind, Pod, VolumeSource};
@@ -24,6 +25,12 @@ pub enum SandboxError {
     State(#[from] crate::state::StateError),
     #[error("creating namespaces: {0}")]
     Namespace(String),
+    #[error(transparent)]
+    Network(#[from] CniError),
+    #[error(
+        "hostPort needs a CNI network with the portmap plugin, and {0} has no network configuration"
+    )]
+    NoNetworkForHostPort(PathBuf),
     #[error("volume {volume}: hostPath {path}: {reason}")]
     HostPath {
         volume: String,
@@ -59,8 +66,6 @@ fn own_namespaces(pod: &Pod) -> Vec<&'static str> {
     kinds
 }
 
-/// Sets up the sandbox of `pod` in `pod_dir` and returns the paths its
-/// containers' specs refer to.
 /// The cluster's DNS, for pods with dnsPolicy ClusterFirst.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterDns {
@@ -106,7 +111,15 @@ pub fn resolv_conf_text(pod: &Pod, dns: &ClusterDns, host: &str) -> String {
     text
 }
 
-pub async fn create(pod: &Pod, pod_dir: &Path, dns: &ClusterDns) -> Result<PodPaths, SandboxError> {
+/// Sets up the sandbox of `pod` in `pod_dir` and returns the paths its
+/// containers' specs refer to. A pod off the host network is attached to
+/// the CNI network, or, when none is configured, has loopback only.
+pub async fn create(
+    pod: &Pod,
+    pod_dir: &Path,
+    dns: &ClusterDns,
+    network: &Cni,
+) -> Result<PodPaths, SandboxError> {
     let ns_dir = pod_dir.join("ns");
     fs::create_dir_all(&ns_dir).map_err(io_at(&ns_dir))?;
     let kinds = own_namespaces(pod);
@@ -115,10 +128,15 @@ pub async fn create(pod: &Pod, pod_dir: &Path, dns: &ClusterDns) -> Result<PodPa
         .copied()
         .filter(|k| !mount::is_mounted(&ns_dir.join(k)))
         .collect();
+    let new_net = missing.contains(&"net");
     if !missing.is_empty() {
         make_namespaces(ns_dir.clone(), pod.hostname.clone(), missing).await?;
     }
     let ns_path = |kind: &str| kinds.contains(&kind).then(|| ns_dir.join(kind));
+    let pod_ips = match ns_path("net") {
+        Some(netns) => attach(pod, pod_dir, network, netns, new_net).await?,
+        None => Vec::new(),
+    };
 
     let etc = pod_dir.join("etc");
     fs::create_dir_all(&etc).map_err(io_at(&etc))?;
@@ -134,7 +152,11 @@ pub async fn create(pod: &Pod, pod_dir: &Path, dns: &ClusterDns) -> Result<PodPa
             host_name,
         )
     } else {
-        (managed_hosts(&[]), pod.hostname.clone())
+        let names: Vec<(String, String)> = pod_ips
+            .iter()
+            .map(|ip| (ip.to_string(), pod.hostname.clone()))
+            .collect();
+        (managed_hosts(&names), pod.hostname.clone())
     };
     write(&hosts, hosts_text.as_bytes())?;
     write(&hostname, format!("{hostname_text}\n").as_bytes())?;
@@ -176,7 +198,37 @@ pub async fn create(pod: &Pod, pod_dir: &Path, dns: &ClusterDns) -> Result<PodPa
         resolv_conf,
         hostname,
         volumes,
+        pod_ips,
     })
+}
+
+async fn attach(
+    pod: &Pod,
+    pod_dir: &Path,
+    network: &Cni,
+    netns: PathBuf,
+    new_namespace: bool,
+) -> Result<Vec<std::net::IpAddr>, SandboxError> {
+    let port_mappings = cni::port_mappings(pod);
+    let Some((_, list)) = network.network()? else {
+        if !port_mappings.is_empty() {
+            return Err(SandboxError::NoNetworkForHostPort(network.conf_dir.clone()));
+        }
+        if new_namespace {
+            // Attached before a reboot, to a network since removed.
+            network.detach(pod_dir).await?;
+        }
+        return Ok(Vec::new());
+    };
+    let attachment = Attachment {
+        container_id: pod.uid.clone(),
+        netns,
+        args: cni::pod_args(pod),
+        port_mappings,
+    };
+    Ok(network
+        .attach(pod_dir, &list, &attachment, new_namespace)
+        .await?)
 }
 
 fn write(path: &Path, data: &[u8]) -> Result<(), SandboxError> {
@@ -314,10 +366,12 @@ fn loopback_up() -> io::Result<()> {
     result
 }
 
-/// Undoes [`create`]: unmounts the namespaces (the kernel frees them when
-/// their last user is gone) and whatever else is still mounted in the pod's
-/// dir. Safe to repeat.
-pub fn teardown(pod_dir: &Path) -> Result<(), SandboxError> {
+/// Undoes [`create`]: detaches the pod from its network, unmounts the
+/// namespaces (the kernel frees them when their last user is gone) and
+/// whatever else is still mounted in the pod's dir. Safe to repeat; the
+/// mounts go even when the network plugins fail.
+pub async fn teardown(pod_dir: &Path, network: &Cni) -> Result<(), SandboxError> {
+    let detached = network.detach(pod_dir).await;
     for kind in ["net", "uts", "ipc"] {
         let path = pod_dir.join("ns").join(kind);
         mount::unmount(&path)?;
@@ -326,7 +380,7 @@ pub fn teardown(pod_dir: &Path) -> Result<(), SandboxError> {
     for leftover in mount::mounts_under(pod_dir) {
         mount::unmount(&leftover)?;
     }
-    Ok(())
+    Ok(detached?)
 }
 
 #[cfg(test)]

@@ -194,6 +194,9 @@ pub struct PodPaths {
     pub hostname: PathBuf,
     /// Volume name → host directory or file.
     pub volumes: Vec<(String, PathBuf)>,
+    /// The pod's addresses on its network (none on the host network or
+    /// without a CNI network).
+    pub pod_ips: Vec<std::net::IpAddr>,
 }
 
 fn mount(destination: &str, kind: &str, source: &str, options: &[&str]) -> Mount {

@@ -180,6 +180,8 @@ pub struct Agent {
     registry: String,
     child: Option<Child>,
     extra_args: Vec<String>,
+    /// The network namespace the agent runs in (the host's if `None`).
+    netns: Option<PathBuf>,
 }
 
 impl Agent {
@@ -188,6 +190,11 @@ impl Agent {
     }
 
     pub fn start_with(registry: &Registry, extra_args: &[&str]) -> Agent {
+        Self::start_in(registry, None, extra_args)
+    }
+
+    /// An agent inside `netns`, where its CNI plugins make their bridge.
+    pub fn start_in(registry: &Registry, netns: Option<&TestNetns>, extra_args: &[&str]) -> Agent {
         let dir = TempDir::new("nanolet-agent");
         let manifests = dir.path().join("manifests");
         fs::create_dir_all(&manifests).unwrap();
@@ -201,6 +208,7 @@ impl Agent {
             registry: registry.addr.clone(),
             child: None,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            netns: netns.map(|n| n.path.clone()),
         };
         agent.spawn();
         agent
@@ -246,7 +254,17 @@ impl Agent {
             .append(true)
             .open(self.dir.path().join("agent.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        let mut command = match &self.netns {
+            // nsenter execs the agent: the child's pid is the agent's.
+            Some(netns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", netns.display()))
+                    .arg(env!("CARGO_BIN_EXE_nanolet"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_nanolet")),
+        };
+        let child = command
             .arg("run")
             .arg("--state-dir")
             .arg(&self.state)
@@ -258,6 +276,9 @@ impl Agent {
             .arg(&self.cgroup_root)
             .arg("--insecure-registry")
             .arg(&self.registry)
+            // The host's CNI configuration is never the test's.
+            .arg("--cni-conf-dir")
+            .arg(self.dir.path().join("cni"))
             .args(&self.extra_args)
             .env("RUST_LOG", "debug")
             .stdin(Stdio::null())
@@ -485,6 +506,90 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.power_cut();
+    }
+}
+
+/// A network namespace of the test's own, bind-mounted in a temp dir with
+/// its loopback up, so that CNI bridges, veths and iptables rules never
+/// touch the host's network. It goes with its last process and mount.
+pub struct TestNetns {
+    pub path: PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    _dir: TempDir,
+}
+
+impl TestNetns {
+    pub fn new() -> TestNetns {
+        let dir = TempDir::new("nanolet-netns");
+        let path = dir.path().join("net");
+        fs::File::create(&path).unwrap();
+        run(Command::new("unshare")
+            .arg(format!("--net={}", path.display()))
+            .args(["ip", "link", "set", "lo", "up"]));
+        TestNetns {
+            path,
+            stop: Default::default(),
+            _dir: dir,
+        }
+    }
+
+    /// `program` run inside the namespace.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={}", self.path.display())).arg(program);
+        c
+    }
+
+    /// Makes the host's loopback `addr` (the test registry) reachable at the
+    /// same address inside the namespace: a listener made in the namespace,
+    /// whose connections are carried to the host's by threads of the test.
+    pub fn forward(&self, addr: &str) {
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsFd;
+        let netns = fs::File::open(&self.path).unwrap();
+        let inner_addr = addr.to_owned();
+        // A socket belongs to the namespace its thread was in when it was
+        // made; only that thread enters the namespace.
+        let listener = std::thread::spawn(move || {
+            nix::sched::setns(netns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            TcpListener::bind(inner_addr).unwrap()
+        })
+        .join()
+        .unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let (stop, host_addr) = (self.stop.clone(), addr.to_owned());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let Ok((inner, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                let _ = inner.set_nonblocking(false);
+                let Ok(outer) = TcpStream::connect(&host_addr) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (inner.try_clone().unwrap(), outer.try_clone().unwrap()),
+                    (outer, inner),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    });
+                }
+            }
+        });
+    }
+
+    /// Network interfaces in the namespace.
+    pub fn links(&self) -> String {
+        run(self.command("ip").args(["-o", "link"]))
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
