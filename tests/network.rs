@@ -70,11 +70,16 @@ fn pods_get_addresses_reach_each_other_publish_host_ports_and_release_them() {
             "server",
             "  terminationGracePeriodSeconds: 2\n",
             &format!(
-                "  - name: web\n    image: {image}\n    command: [sh, -c, {serve:?}]\n    ports:\n    - {{containerPort: 80, hostPort: 8080}}\n"
+                "  - name: web\n    image: {image}\n    command: [sh, -c, {serve:?}]\n    ports:\n    - {{containerPort: 80, hostPort: 8080}}\n    readinessProbe: {{tcpSocket: {{port: 80}}, periodSeconds: 1}}\n"
             ),
         ),
     );
     let server_ip = pod_ip(&agent, "server");
+    // Probed at its pod IP.
+    agent.wait_for("the server ready", T, |a| {
+        let c = a.container_status("server", "web")?;
+        (c["ready"] == true).then_some(())
+    });
     assert!(server_ip.starts_with("10.99.0."), "{server_ip}");
 
     let fetch = format!(

@@ -976,3 +976,74 @@ fn a_container_over_its_memory_limit_is_oom_killed() {
     let record = agent.record("oom").unwrap();
     assert_eq!(record["status"]["phase"], "Failed");
 }
+
+#[test]
+fn probes_gate_readiness_and_restart_unhealthy_containers() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    // No CNI network here: the HTTP and TCP probes reach the pod's loopback
+    // from inside its network namespace.
+    let serve =
+        "mkdir -p /www; (sleep 2; echo ok > /www/ready) & exec /bin/busybox httpd -f -p 80 -h /www";
+    let work = "touch /tmp/alive; sleep 3; rm /tmp/alive; exec sleep 3600";
+    agent.write_manifest(
+        "probed.yaml",
+        &pod_yaml(
+            "probed",
+            "  terminationGracePeriodSeconds: 2\n",
+            &format!(
+                "  - name: web
+    image: {image}
+    command: [sh, -c, {serve:?}]
+    startupProbe: {{tcpSocket: {{port: 80}}, periodSeconds: 1}}
+    readinessProbe: {{httpGet: {{path: /ready, port: 80}}, periodSeconds: 1}}
+  - name: worker
+    image: {image}
+    command: [sh, -c, {work:?}]
+    livenessProbe:
+      exec: {{command: [sh, -c, 'test -f /tmp/alive']}}
+      periodSeconds: 1
+      failureThreshold: 2
+      terminationGracePeriodSeconds: 1
+"
+            ),
+        ),
+    );
+    // Running but not ready until /ready exists.
+    let first = agent.wait_for("web running", T, |a| {
+        let c = a.container_status("probed", "web")?;
+        c["state"]["running"].is_object().then_some(c)
+    });
+    assert_eq!(first["ready"], false, "{first:#}");
+    agent.wait_for("web ready", T, |a| {
+        let c = a.container_status("probed", "web")?;
+        (c["ready"] == true && c["started"] == true).then_some(())
+    });
+    // The worker's liveness fails after 3 s: killed and started again.
+    let restarted = agent.wait_for("worker restarted", T, |a| {
+        let c = a.container_status("probed", "worker")?;
+        (c["restartCount"].as_u64() >= Some(1)).then_some(c)
+    });
+    assert!(
+        restarted["lastState"]["terminated"].is_object(),
+        "{restarted:#}"
+    );
+    assert!(
+        agent
+            .log()
+            .contains("Container worker failed liveness probe, will be restarted")
+    );
+    // The web container was never restarted by its probes.
+    let web = agent.container_status("probed", "web").unwrap();
+    assert_eq!(web["restartCount"], 0, "{web:#}");
+    // Both containers ready again: the pod is Ready.
+    agent.wait_for("the pod Ready", T, |a| {
+        let record = a.record("probed")?;
+        let conditions = record["status"]["conditions"].as_array()?.clone();
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            .then_some(())
+    });
+}

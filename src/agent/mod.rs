@@ -9,6 +9,7 @@ pub mod events;
 pub mod mirror;
 pub mod node;
 pub mod objects;
+pub mod prober;
 pub mod sources;
 pub mod status;
 pub mod worker;

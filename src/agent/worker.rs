@@ -16,10 +16,12 @@ use super::Context;
 use super::checkpoint::{self, Checkpoint, ContainerRecord, PodRecord};
 use super::events::{EventType, Involved};
 use super::objects::Kind;
+use super::prober::{self, Outcome, ProbeTracker, Verdict};
 use crate::image::ImageError;
 use crate::pod::backoff::Backoff;
 use crate::pod::env::{self, Downward};
 use crate::pod::objects::{PodObjects, references, token_key};
+use crate::pod::probe::ProbeKind;
 use crate::pod::status::{self, ContainerView, Lifecycle, Terminated};
 use crate::pod::volumes;
 use crate::pod::{Container, Pod, ProjectionSource, RestartPolicy, VolumeSource};
@@ -53,6 +55,8 @@ struct ContainerState {
     restart_for_update: bool,
     /// Stopping for an update: SIGKILL at this instant if still running.
     kill_at: Option<Instant>,
+    /// The running instance's probes.
+    probes: ProbeTracker,
 }
 
 pub struct Worker {
@@ -129,6 +133,7 @@ impl Worker {
                 retry_at: None,
                 restart_for_update: false,
                 kill_at: None,
+                probes: ProbeTracker::default(),
             })
             .collect();
         let (exits_tx, exits_rx) = smol::channel::unbounded();
@@ -185,6 +190,7 @@ impl Worker {
             let terminate = async { Some(control.recv().await.ok()) };
             if let Some(control) = async {
                 self.sync().await;
+                self.run_probes().await;
                 None
             }
             .or(terminate)
@@ -313,6 +319,7 @@ impl Worker {
         }
         let exits = crate::monitor::recorded_exits(&self.dir);
         let listed = self.ctx.runtime.list().await.unwrap_or_default();
+        let mut adopted_running = false;
         for i in 0..self.containers.len() {
             let view = &self.containers[i].record.view;
             let Some(id) = view.container_id.clone() else {
@@ -336,6 +343,11 @@ impl Worker {
                         self.pod.full_name(),
                         view.name
                     );
+                    // Probes start over, as after an upstream kubelet
+                    // restart; their initial delays are long past.
+                    self.containers[i].probes =
+                        ProbeTracker::start(&self.pod.containers[i].probes, Instant::now());
+                    adopted_running = true;
                 }
                 other => {
                     // Created but never started, or gone without a recorded
@@ -351,6 +363,14 @@ impl Worker {
             }
         }
         self.save_containers();
+        // The sandbox is there; reading it back gives the pod its IPs (and
+        // CHECKs its network) for status and probes.
+        if adopted_running {
+            match sandbox::create(&self.pod, &self.dir, &self.cluster_dns(), &self.ctx.cni).await {
+                Ok(paths) => self.paths = Some(paths),
+                Err(e) => log::warn!("pod {}: sandbox: {e}", self.pod.full_name()),
+            }
+        }
     }
 
     /// Bundles no container record names: left by a crash while an
@@ -389,6 +409,7 @@ impl Worker {
             .iter()
             .filter_map(|c| c.retry_at)
             .chain(self.containers.iter().filter_map(|c| c.kill_at))
+            .chain(self.containers.iter().filter_map(|c| c.probes.next_at()))
             .chain(refresh)
             .min()
     }
@@ -768,6 +789,96 @@ impl Worker {
         self.save_containers();
     }
 
+    /// Runs the probes that are due, together, and acts on their results.
+    async fn run_probes(&mut self) {
+        let now = Instant::now();
+        let mut running = Vec::new();
+        for (i, c) in self.containers.iter().enumerate() {
+            let Some(id) = c.record.view.container_id.clone() else {
+                continue;
+            };
+            if c.record.view.terminated.is_some() {
+                continue;
+            }
+            for kind in c.probes.due(now) {
+                let Some(probe) = self.pod.containers[i].probes.get(kind).cloned() else {
+                    continue;
+                };
+                let target = self.probe_target(id.clone(), kind);
+                let runtime = self.ctx.runtime.clone();
+                let task =
+                    crate::rt::spawn(async move { prober::run(&runtime, &probe, &target).await });
+                running.push((i, kind, task));
+            }
+        }
+        for (i, kind, task) in running {
+            let outcome = task.await;
+            self.on_probe(i, kind, outcome).await;
+        }
+    }
+
+    fn probe_target(&self, container_id: String, kind: ProbeKind) -> prober::Target {
+        let pod_ip = if self.pod.host_network {
+            Some(
+                self.ctx
+                    .host_ip
+                    .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()),
+            )
+        } else {
+            self.paths.as_ref().and_then(|p| p.pod_ips.first().copied())
+        };
+        let scratch = self
+            .dir
+            .join(format!("probe-{container_id}-{}.pid", kind.name()));
+        prober::Target {
+            container_id,
+            pod_ip,
+            netns: (!self.pod.host_network).then(|| self.dir.join("ns").join("net")),
+            scratch,
+        }
+    }
+
+    async fn on_probe(&mut self, i: usize, kind: ProbeKind, outcome: Outcome) {
+        let name = self.pod.containers[i].name.clone();
+        if let Outcome::Failure(message) = &outcome {
+            log::debug!(
+                "pod {}: {name}: {} probe failed: {message}",
+                self.pod.full_name(),
+                kind.name()
+            );
+            let message = format!("{} probe failed: {message}", kind.name());
+            self.event(Some(&name), EventType::Warning, "Unhealthy", message);
+        }
+        let probes = self.pod.containers[i].probes.clone();
+        let now = Instant::now();
+        let verdict =
+            self.containers[i]
+                .probes
+                .record(kind, &probes, outcome == Outcome::Success, now);
+        if verdict != Verdict::Kill {
+            return;
+        }
+        let c = &mut self.containers[i];
+        let Some(id) = c.record.view.container_id.clone() else {
+            return;
+        };
+        let grace = probes
+            .get(kind)
+            .and_then(|p| p.termination_grace)
+            .unwrap_or(self.pod.termination_grace);
+        c.kill_at = Some(now + grace);
+        let signal = c.record.stop_signal();
+        let message = format!(
+            "Container {name} failed {} probe, will be restarted",
+            kind.name().to_lowercase()
+        );
+        log::info!("pod {}: {message}", self.pod.full_name());
+        self.event(Some(&name), EventType::Normal, "Killing", message);
+        if let Err(e) = self.ctx.runtime.kill(&id, &signal).await {
+            log::warn!("pod {}: {e}", self.pod.full_name());
+        }
+    }
+
     /// Pulls the image, creates and starts a new instance of container `i`.
     async fn start_container(&mut self, i: usize) {
         let spec_container: Container = self.pod.containers[i].clone();
@@ -987,6 +1098,7 @@ impl Worker {
         match started {
             Ok(()) => {
                 c.record.view.running_since = Some(started_at);
+                c.probes = ProbeTracker::start(&spec_container.probes, Instant::now());
                 // Upstream's backoff counts restarts: a first start, or the
                 // first restart after a quiet period, is immediate.
                 if restart_count > 0 {
@@ -1087,6 +1199,7 @@ impl Worker {
         });
         c.record.view.running_since = None;
         c.exited_at = Some(Instant::now());
+        c.probes.stop();
         log::info!(
             "pod {}: container {} exited with code {}{}",
             self.pod.full_name(),
@@ -1201,7 +1314,11 @@ impl Worker {
         let views: Vec<ContainerView> = self
             .containers
             .iter()
-            .map(|c| c.record.view.clone())
+            .map(|c| ContainerView {
+                probed_ready: c.probes.ready(),
+                probed_started: c.probes.started(),
+                ..c.record.view.clone()
+            })
             .collect();
         let mut status = status::pod_status(
             &self.pod,

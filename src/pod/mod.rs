@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod env;
 pub mod manifest;
 pub mod objects;
+pub mod probe;
 pub mod status;
 mod validate;
 pub mod volumes;
@@ -100,6 +101,7 @@ pub struct Container {
     pub no_new_privileges: bool,
     pub resources: Resources,
     pub mounts: Vec<VolumeMount>,
+    pub probes: probe::Probes,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -38,6 +38,12 @@ pub struct ContainerView {
     /// Why no instance runs: ContainerCreating, CrashLoopBackOff,
     /// ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...
     pub waiting: Option<(String, String)>,
+    /// What its probes say of the running instance; `None` without probes
+    /// (running means ready and started). Never saved: probes start over.
+    #[serde(skip)]
+    pub probed_ready: Option<bool>,
+    #[serde(skip)]
+    pub probed_started: Option<bool>,
 }
 
 fn time(t: Timestamp) -> Time {
@@ -119,9 +125,8 @@ pub fn pod_status(
                     .as_ref()
                     .map(|id| format!("{runtime}://{id}")),
                 restart_count: v.restart_count as i32,
-                // Without readiness probes a running container is ready.
-                ready: running && !terminating,
-                started: Some(running),
+                ready: running && !terminating && v.probed_ready.unwrap_or(true),
+                started: Some(running && v.probed_started.unwrap_or(true)),
                 last_state: v.last_terminated.as_ref().map(|t| core::ContainerState {
                     terminated: Some(terminated_state(t, runtime)),
                     ..Default::default()

@@ -23,7 +23,7 @@ fn unsupported(field: impl Into<String>) -> PodError {
     }
 }
 
-fn invalid(field: impl Into<String>, reason: impl Into<String>) -> PodError {
+pub(super) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> PodError {
     PodError::Invalid {
         field: field.into(),
         reason: reason.into(),
@@ -134,6 +134,31 @@ const CONTAINER: &[(&str, Shape)] = &[
     ),
     ("stdin", Leaf),
     ("tty", Leaf),
+    ("startupProbe", Object(PROBE)),
+    ("livenessProbe", Object(PROBE)),
+    ("readinessProbe", Object(PROBE)),
+];
+
+/// gRPC probes are not here: they are refused by name.
+const PROBE: &[(&str, Shape)] = &[
+    ("exec", Object(&[("command", Any)])),
+    (
+        "httpGet",
+        Object(&[
+            ("path", Leaf),
+            ("port", Leaf),
+            ("host", Leaf),
+            ("scheme", Leaf),
+            ("httpHeaders", ListOf(&[("name", Leaf), ("value", Leaf)])),
+        ]),
+    ),
+    ("tcpSocket", Object(&[("port", Leaf), ("host", Leaf)])),
+    ("initialDelaySeconds", Leaf),
+    ("timeoutSeconds", Leaf),
+    ("periodSeconds", Leaf),
+    ("successThreshold", Leaf),
+    ("failureThreshold", Leaf),
+    ("terminationGracePeriodSeconds", Leaf),
 ];
 
 const FIELD_REF: &[(&str, Shape)] = &[("apiVersion", Leaf), ("fieldPath", Leaf)];
@@ -924,7 +949,9 @@ fn convert_container(
             read_only: m.read_only.unwrap_or(false),
         });
     }
+    let probes = super::probe::convert_probes(field, c)?;
     Ok(Container {
+        probes,
         name: c.name.clone(),
         image,
         pull_policy,
@@ -1078,14 +1105,14 @@ mod tests {
     #[test]
     fn unsupported_field_is_named() {
         let err = validate(
-            &pod(json!({"containers": [{"name": "c", "image": "b", "livenessProbe": {}}]})),
+            &pod(json!({"containers": [{"name": "c", "image": "b", "livenessProbe": {"grpc": {"port": 9}}}]})),
             "f",
             "u",
         )
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "spec.containers[0].livenessProbe: not supported by nanolet yet"
+            "spec.containers[0].livenessProbe.grpc: not supported by nanolet yet"
         );
         let err = validate(
             &pod(json!({"containers": [], "initContainers": []})),

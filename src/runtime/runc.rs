@@ -35,6 +35,9 @@ pub enum RuntimeError {
     },
 }
 
+/// How much of an exec's output is kept (upstream's probe limit).
+pub const EXEC_OUTPUT: usize = 10 * 1024;
+
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct State {
     pub id: String,
@@ -155,6 +158,72 @@ impl Runtime {
                 None => Ok(()),
             },
         }
+    }
+
+    /// Runs `argv` in the running container `id` as its own process spec
+    /// says (user, environment, capabilities), for exec probes and hooks.
+    /// Returns its exit code and what it printed (at most `EXEC_OUTPUT`
+    /// bytes); after `timeout` the process is killed and `None` returned.
+    pub async fn exec(
+        &self,
+        id: &str,
+        argv: &[String],
+        pid_file: &Path,
+        timeout: std::time::Duration,
+    ) -> Result<Option<(i32, String)>, RuntimeError> {
+        use futures_lite::FutureExt;
+        let mut all = self.base_args();
+        all.extend(["exec".into(), "--pid-file".into(), pid_file.into()]);
+        all.push(id.into());
+        all.extend(argv.iter().map(OsString::from));
+        let spawn_err = |source| RuntimeError::Spawn {
+            runtime: self.kind.name(),
+            op: "exec",
+            path: self.path.clone(),
+            source,
+        };
+        let child = async_process::Command::new(&self.path)
+            .args(&all)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(spawn_err)?;
+        let finished = async { Some(child.output().await) }
+            .or(async {
+                smol::Timer::after(timeout).await;
+                None
+            })
+            .await;
+        let Some(output) = finished else {
+            // The runtime's own process dies with kill_on_drop; what it
+            // started in the container must be killed by its pid.
+            if let Some(pid) = std::fs::read_to_string(pid_file)
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok())
+                .filter(|p| *p > 1)
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _ = std::fs::remove_file(pid_file);
+            return Ok(None);
+        };
+        let _ = std::fs::remove_file(pid_file);
+        let output = output.map_err(spawn_err)?;
+        let mut text = output.stdout;
+        text.extend_from_slice(&output.stderr);
+        text.truncate(EXEC_OUTPUT);
+        let code = match output.status.code() {
+            Some(code) => code,
+            None => {
+                128 + std::os::unix::process::ExitStatusExt::signal(&output.status).unwrap_or(0)
+            }
+        };
+        Ok(Some((code, String::from_utf8_lossy(&text).into_owned())))
     }
 
     /// `runc --version`'s first version number, for nodeInfo.

@@ -1,0 +1,642 @@
+//! Runs one probe once, as upstream's prober does: exec through the runtime,
+//! HTTP and TCP on the loop without spawning anything. The pod's IP is the
+//! target; a pod without one (loopback only, no CNI network) is probed on
+//! 127.0.0.1 through a socket made inside its network namespace.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
+use futures_rustls::rustls;
+use smol::Async;
+
+use crate::pod::probe::{Probe, ProbeAction, ProbeKind, Probes};
+use crate::runtime::runc::Runtime;
+
+/// What a probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    /// Why, for the Unhealthy event.
+    Failure(String),
+}
+
+/// Where the container is.
+pub struct Target {
+    pub container_id: String,
+    pub pod_ip: Option<IpAddr>,
+    /// The pod's network namespace; `None` on the host network.
+    pub netns: Option<PathBuf>,
+    /// Where an exec probe's pid file goes.
+    pub scratch: PathBuf,
+}
+
+/// Where one container's probes stand: when each runs next, its
+/// consecutive results, and what they mean for the container.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeTracker {
+    /// Startup, liveness, readiness.
+    states: [KindState; 3],
+    started_at: Option<Instant>,
+    /// The startup probe has succeeded (or there is none).
+    started: bool,
+    configured: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct KindState {
+    next_at: Option<Instant>,
+    successes: u32,
+    failures: u32,
+    /// The last settled result (`None`: unknown).
+    result: Option<bool>,
+}
+
+const KINDS: [ProbeKind; 3] = [
+    ProbeKind::Startup,
+    ProbeKind::Liveness,
+    ProbeKind::Readiness,
+];
+
+fn index(kind: ProbeKind) -> usize {
+    match kind {
+        ProbeKind::Startup => 0,
+        ProbeKind::Liveness => 1,
+        ProbeKind::Readiness => 2,
+    }
+}
+
+/// What a probe result asks of the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Keep,
+    /// Liveness or startup failed past its threshold: restart the container.
+    Kill,
+}
+
+impl ProbeTracker {
+    /// Probes for an instance that started at `started_at`, with upstream's
+    /// initial results: readiness failure, liveness success, startup
+    /// unknown (liveness and readiness wait for startup).
+    pub fn start(probes: &Probes, started_at: Instant) -> ProbeTracker {
+        let mut tracker = ProbeTracker {
+            started_at: Some(started_at),
+            started: probes.startup.is_none(),
+            configured: KINDS.iter().any(|k| probes.get(*k).is_some()),
+            ..Default::default()
+        };
+        for kind in KINDS {
+            if let Some(probe) = probes.get(kind) {
+                let state = &mut tracker.states[index(kind)];
+                state.next_at = Some(started_at + probe.initial_delay);
+                state.result = match kind {
+                    ProbeKind::Startup => None,
+                    ProbeKind::Liveness => Some(true),
+                    ProbeKind::Readiness => Some(false),
+                };
+            }
+        }
+        tracker
+    }
+
+    /// The instance ended: nothing more to probe.
+    pub fn stop(&mut self) {
+        for state in &mut self.states {
+            state.next_at = None;
+        }
+    }
+
+    fn active(&self, kind: ProbeKind) -> bool {
+        (kind == ProbeKind::Startup) != self.started
+    }
+
+    pub fn next_at(&self) -> Option<Instant> {
+        KINDS
+            .iter()
+            .filter(|k| self.active(**k))
+            .filter_map(|k| self.states[index(*k)].next_at)
+            .min()
+    }
+
+    pub fn due(&self, now: Instant) -> Vec<ProbeKind> {
+        KINDS
+            .into_iter()
+            .filter(|k| self.active(*k))
+            .filter(|k| self.states[index(*k)].next_at.is_some_and(|t| t <= now))
+            .collect()
+    }
+
+    /// Counts one result of `kind` and schedules its next run.
+    pub fn record(
+        &mut self,
+        kind: ProbeKind,
+        probes: &Probes,
+        success: bool,
+        now: Instant,
+    ) -> Verdict {
+        let Some(probe) = probes.get(kind) else {
+            return Verdict::Keep;
+        };
+        let state = &mut self.states[index(kind)];
+        if state.next_at.is_none() {
+            // Stopped meanwhile (the instance ended or was killed).
+            return Verdict::Keep;
+        }
+        state.next_at = Some(now + probe.period);
+        if success {
+            state.successes += 1;
+            state.failures = 0;
+            if state.successes >= probe.success_threshold {
+                state.result = Some(true);
+            }
+        } else {
+            state.failures += 1;
+            state.successes = 0;
+            if state.failures >= probe.failure_threshold {
+                state.result = Some(false);
+            }
+        }
+        match (kind, state.result) {
+            (ProbeKind::Startup, Some(true)) => {
+                self.started = true;
+                state.next_at = None;
+                // Their initial delays count from the container's start.
+                let started_at = self.started_at.unwrap_or(now);
+                for later in [ProbeKind::Liveness, ProbeKind::Readiness] {
+                    if let Some(p) = probes.get(later) {
+                        self.states[index(later)].next_at =
+                            Some((started_at + p.initial_delay).max(now));
+                    }
+                }
+                Verdict::Keep
+            }
+            (ProbeKind::Startup | ProbeKind::Liveness, Some(false)) => {
+                self.stop();
+                Verdict::Kill
+            }
+            _ => Verdict::Keep,
+        }
+    }
+
+    /// `containerStatuses[].ready` as probes decide it; `None` when the
+    /// container has no probes (then running means ready).
+    pub fn ready(&self) -> Option<bool> {
+        self.configured
+            .then(|| self.started && self.states[index(ProbeKind::Readiness)].result != Some(false))
+    }
+
+    /// `containerStatuses[].started`; `None` without a startup probe.
+    pub fn started(&self) -> Option<bool> {
+        self.configured.then_some(self.started)
+    }
+}
+
+/// Upstream's User-Agent, so servers can tell probes from users.
+const USER_AGENT: &str = "kube-probe/1.32";
+
+pub async fn run(runtime: &Runtime, probe: &Probe, target: &Target) -> Outcome {
+    match &probe.action {
+        ProbeAction::Exec(command) => {
+            let pid_file = target.scratch.clone();
+            match runtime
+                .exec(&target.container_id, command, &pid_file, probe.timeout)
+                .await
+            {
+                Ok(Some((0, _))) => Outcome::Success,
+                Ok(Some((code, output))) => Outcome::Failure(if output.trim().is_empty() {
+                    format!("command {command:?} exited with {code}")
+                } else {
+                    output.trim_end().to_owned()
+                }),
+                Ok(None) => Outcome::Failure(format!(
+                    "command timed out: {command:?} timed out after {:?}",
+                    probe.timeout
+                )),
+                Err(e) => Outcome::Failure(e.to_string()),
+            }
+        }
+        ProbeAction::Tcp { host, port } => {
+            let exchange = async {
+                connect(target, host.as_deref(), *port).await?;
+                Ok(())
+            };
+            within(probe.timeout, exchange).await
+        }
+        ProbeAction::Http {
+            https,
+            host,
+            port,
+            path,
+            headers,
+        } => {
+            let exchange = async {
+                let (stream, authority) = connect(target, host.as_deref(), *port).await?;
+                let request = http_request(&authority, path, headers);
+                let status = if *https {
+                    let tls = futures_rustls::TlsConnector::from(insecure_tls());
+                    let name = rustls_pki_types::ServerName::try_from(
+                        authority
+                            .rsplit_once(':')
+                            .map_or(authority.as_str(), |(h, _)| h),
+                    )
+                    .map(|n| n.to_owned())
+                    .map_err(|e| e.to_string())?;
+                    let stream = tls.connect(name, stream).await.map_err(|e| e.to_string())?;
+                    status_of(stream, &request).await?
+                } else {
+                    status_of(stream, &request).await?
+                };
+                if (200..400).contains(&status) {
+                    Ok(())
+                } else {
+                    Err(format!("HTTP probe failed with statuscode: {status}"))
+                }
+            };
+            within(probe.timeout, exchange).await
+        }
+    }
+}
+
+async fn within(
+    timeout: Duration,
+    exchange: impl std::future::Future<Output = Result<(), String>>,
+) -> Outcome {
+    let result = exchange
+        .or(async {
+            smol::Timer::after(timeout).await;
+            Err(format!("timeout after {timeout:?}"))
+        })
+        .await;
+    match result {
+        Ok(()) => Outcome::Success,
+        Err(message) => Outcome::Failure(message),
+    }
+}
+
+/// Connects to the probe's host (default: the pod's IP) and port; returns
+/// the stream and the `Host` header's value.
+async fn connect(
+    target: &Target,
+    host: Option<&str>,
+    port: u16,
+) -> Result<(Async<TcpStream>, String), String> {
+    let ip = match host {
+        Some(host) => match host.parse::<IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => smol::net::resolve((host, port))
+                .await
+                .map_err(|e| format!("{host}: {e}"))?
+                .first()
+                .map(|a| a.ip()),
+        },
+        None => target.pod_ip,
+    };
+    let (stream, ip) = match (ip, target.netns.as_deref()) {
+        (Some(ip), _) => (
+            Async::<TcpStream>::connect(SocketAddr::new(ip, port)).await,
+            ip,
+        ),
+        // Only loopback is reachable, and only from inside.
+        (None, Some(netns)) => {
+            let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+            (connect_inside(netns, SocketAddr::new(ip, port)).await, ip)
+        }
+        (None, None) => return Err("the pod has no IP address".into()),
+    };
+    let stream = stream.map_err(|e| format!("dial tcp {}: {e}", SocketAddr::new(ip, port)))?;
+    let authority = match host {
+        Some(h) => format!("{h}:{port}"),
+        None => SocketAddr::new(ip, port).to_string(),
+    };
+    Ok((stream, authority))
+}
+
+/// A socket made by a thread that entered `netns` (sockets stay in the
+/// namespace they were made in; the thread then ends), connected on the loop.
+async fn connect_inside(netns: &Path, addr: SocketAddr) -> std::io::Result<Async<TcpStream>> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrStorage, socket};
+    let file = std::fs::File::open(netns)?;
+    let (tx, rx) = smol::channel::bounded(1);
+    std::thread::Builder::new()
+        .name("nanolet-probe".into())
+        .spawn(move || {
+            let made = nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+                .and_then(|()| {
+                    socket(
+                        AddressFamily::Inet,
+                        SockType::Stream,
+                        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+                        None,
+                    )
+                });
+            let _ = tx.send_blocking(made);
+        })?;
+    let fd = rx
+        .recv()
+        .await
+        .map_err(|_| std::io::Error::other("probe thread died"))?
+        .map_err(std::io::Error::from)?;
+    match nix::sys::socket::connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(addr),
+    ) {
+        Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let stream = Async::new(TcpStream::from(fd))?;
+    stream.writable().await?;
+    match stream.get_ref().take_error()? {
+        Some(e) => Err(e),
+        None => Ok(stream),
+    }
+}
+
+fn http_request(authority: &str, path: &str, headers: &[(String, String)]) -> Vec<u8> {
+    let mut request = format!("GET {path} HTTP/1.1\r\n");
+    let has = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    if !has("host") {
+        request.push_str(&format!("Host: {authority}\r\n"));
+    }
+    if !has("user-agent") {
+        request.push_str(&format!("User-Agent: {USER_AGENT}\r\n"));
+    }
+    if !has("accept") {
+        request.push_str("Accept: */*\r\n");
+    }
+    for (name, value) in headers {
+        // Header injection through the spec would only hurt the pod itself,
+        // but a broken request must not be sent either.
+        if name.contains(['\r', '\n', ':']) || value.contains(['\r', '\n']) {
+            continue;
+        }
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("Connection: close\r\n\r\n");
+    request.into_bytes()
+}
+
+/// Sends the request and reads the status code of the response; the body
+/// is never read (upstream only reports the code).
+async fn status_of<S>(mut stream: S, request: &[u8]) -> Result<u16, String>
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    stream.write_all(request).await.map_err(|e| e.to_string())?;
+    stream.flush().await.map_err(|e| e.to_string())?;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 512];
+    while !head.windows(2).any(|w| w == b"\r\n") {
+        let n = stream.read(&mut buf).await.map_err(|e| e.to_string())?;
+        if n == 0 || head.len() > 4096 {
+            return Err("malformed HTTP response".into());
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    let mut words = line.split_whitespace();
+    match (words.next(), words.next().and_then(|c| c.parse().ok())) {
+        (Some(v), Some(code)) if v.starts_with("HTTP/") => Ok(code),
+        _ => Err(format!(
+            "malformed HTTP status line {:?}",
+            line.lines().next().unwrap_or("")
+        )),
+    }
+}
+
+/// HTTPS probes do not verify the server's certificate, as upstream's.
+fn insecure_tls() -> Arc<rustls::ClientConfig> {
+    thread_local! {
+        static CONFIG: Arc<rustls::ClientConfig> = {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let verifier = Arc::new(AnyCertificate(provider.clone()));
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map(|b| {
+                    b.dangerous()
+                        .with_custom_certificate_verifier(verifier)
+                        .with_no_client_auth()
+                });
+            match config {
+                Ok(c) => Arc::new(c),
+                // The ring provider has the default versions.
+                Err(_) => unreachable!("ring supports TLS 1.2 and 1.3"),
+            }
+        };
+    }
+    CONFIG.with(Arc::clone)
+}
+
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls_pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(action: ProbeAction) -> Probe {
+        Probe {
+            action,
+            initial_delay: Duration::ZERO,
+            period: Duration::from_secs(10),
+            timeout: Duration::from_secs(1),
+            success_threshold: 1,
+            failure_threshold: 3,
+            termination_grace: None,
+        }
+    }
+
+    #[test]
+    fn startup_gates_liveness_and_readiness_and_thresholds_count() {
+        let tcp = ProbeAction::Tcp {
+            host: None,
+            port: 1,
+        };
+        let probes = Probes {
+            startup: Some(Probe {
+                failure_threshold: 2,
+                ..probe(tcp.clone())
+            }),
+            liveness: Some(probe(tcp.clone())),
+            readiness: Some(Probe {
+                success_threshold: 2,
+                ..probe(tcp)
+            }),
+        };
+        let t0 = Instant::now();
+        let mut tracker = ProbeTracker::start(&probes, t0);
+        assert_eq!(tracker.due(t0), vec![ProbeKind::Startup]);
+        assert_eq!(
+            (tracker.ready(), tracker.started()),
+            (Some(false), Some(false))
+        );
+        assert_eq!(
+            tracker.record(ProbeKind::Startup, &probes, false, t0),
+            Verdict::Keep
+        );
+        let t1 = t0 + Duration::from_secs(10);
+        assert_eq!(tracker.next_at(), Some(t1));
+        assert_eq!(
+            tracker.record(ProbeKind::Startup, &probes, true, t1),
+            Verdict::Keep
+        );
+        assert_eq!(tracker.started(), Some(true));
+        // Started, but readiness needs two successes.
+        assert_eq!(
+            tracker.due(t1),
+            vec![ProbeKind::Liveness, ProbeKind::Readiness]
+        );
+        assert_eq!(tracker.ready(), Some(false));
+        tracker.record(ProbeKind::Readiness, &probes, true, t1);
+        assert_eq!(tracker.ready(), Some(false));
+        tracker.record(
+            ProbeKind::Readiness,
+            &probes,
+            true,
+            t1 + Duration::from_secs(10),
+        );
+        assert_eq!(tracker.ready(), Some(true));
+        // Liveness: three failures in a row kill, a success in between resets.
+        let mut t = t1;
+        for success in [false, false, true, false, false] {
+            assert_eq!(
+                tracker.record(ProbeKind::Liveness, &probes, success, t),
+                Verdict::Keep
+            );
+            t += Duration::from_secs(10);
+        }
+        assert_eq!(
+            tracker.record(ProbeKind::Liveness, &probes, false, t),
+            Verdict::Kill
+        );
+        assert_eq!(tracker.next_at(), None);
+    }
+
+    #[test]
+    fn startup_failures_kill_and_no_probes_means_no_opinion() {
+        let probes = Probes {
+            startup: Some(Probe {
+                failure_threshold: 1,
+                ..probe(ProbeAction::Exec(vec!["false".into()]))
+            }),
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        let mut tracker = ProbeTracker::start(&probes, t0);
+        assert_eq!(
+            tracker.record(ProbeKind::Startup, &probes, false, t0),
+            Verdict::Kill
+        );
+        let none = ProbeTracker::start(&Probes::default(), t0);
+        assert_eq!(
+            (none.ready(), none.started(), none.next_at()),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn http_probe_reads_the_status_code() {
+        crate::rt::block_on(async {
+            let listener = Async::<std::net::TcpListener>::bind(([127, 0, 0, 1], 0)).unwrap();
+            let addr = listener.get_ref().local_addr().unwrap();
+            let server = crate::rt::spawn(async move {
+                for code in [204, 500] {
+                    let (mut s, _) = listener.accept().await.unwrap();
+                    let mut buf = [0u8; 1024];
+                    let n = s.read(&mut buf).await.unwrap();
+                    let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    assert!(
+                        request.starts_with("GET /healthz HTTP/1.1\r\n"),
+                        "{request}"
+                    );
+                    assert!(request.contains("User-Agent: kube-probe/1.32\r\n"));
+                    assert!(request.contains("X-Probe: yes\r\n"));
+                    let answer = format!("HTTP/1.1 {code} X\r\nContent-Length: 0\r\n\r\n");
+                    s.write_all(answer.as_bytes()).await.unwrap();
+                }
+            });
+            let probe = Probe {
+                action: ProbeAction::Http {
+                    https: false,
+                    host: None,
+                    port: addr.port(),
+                    path: "/healthz".into(),
+                    headers: vec![("X-Probe".into(), "yes".into())],
+                },
+                initial_delay: Duration::ZERO,
+                period: Duration::from_secs(10),
+                timeout: Duration::from_secs(2),
+                success_threshold: 1,
+                failure_threshold: 3,
+                termination_grace: None,
+            };
+            let runtime = Runtime::new(
+                crate::config::RuntimeKind::Runc,
+                "runc".into(),
+                "/nonexistent".into(),
+            );
+            let target = Target {
+                container_id: "x".into(),
+                pod_ip: Some(addr.ip()),
+                netns: None,
+                scratch: PathBuf::new(),
+            };
+            assert_eq!(run(&runtime, &probe, &target).await, Outcome::Success);
+            assert_eq!(
+                run(&runtime, &probe, &target).await,
+                Outcome::Failure("HTTP probe failed with statuscode: 500".into())
+            );
+            server.await;
+            // Nothing listens any more: refused.
+            let refused = run(&runtime, &probe, &target).await;
+            assert!(matches!(refused, Outcome::Failure(m) if m.contains("dial tcp")));
+        });
+    }
+}
