@@ -1047,3 +1047,106 @@ fn probes_gate_readiness_and_restart_unhealthy_containers() {
             .then_some(())
     });
 }
+
+#[test]
+fn init_containers_run_in_order_with_a_sidecar_that_stops_after_the_main_one() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    let step = |name: &str, then: &str| format!("echo {name} >> /data/order{then}");
+    agent.write_manifest(
+        "init.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: staged}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  volumes: [{{name: data, emptyDir: {{}}}}]
+  initContainers:
+  - name: first
+    image: {image}
+    command: [sh, -c, {first:?}]
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  - name: side
+    image: {image}
+    restartPolicy: Always
+    command: [sh, -c, {side:?}]
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  - name: second
+    image: {image}
+    command: [sh, -c, {second:?}]
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  containers:
+  - name: main
+    image: {image}
+    command: [sh, -c, 'cat /data/order; sleep 1']
+    volumeMounts: [{{name: data, mountPath: /data}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: broken-init}}
+spec:
+  restartPolicy: Never
+  initContainers:
+  - {{name: fail, image: {image}, command: [sh, -c, 'exit 3']}}
+  containers:
+  - {{name: main, image: {image}, command: [sleep, '3600']}}
+",
+            first = step("first", ""),
+            side = step("side", "; exec sleep 3600"),
+            second = step("second", ""),
+        ),
+    );
+    let record = agent.wait_for("staged Succeeded", T, |a| {
+        let r = a.record("staged")?;
+        (r["status"]["phase"] == "Succeeded").then_some(r)
+    });
+    assert_eq!(
+        agent.logs("default/staged", Some("main")),
+        "first\nside\nsecond"
+    );
+    // The sidecar was stopped once main had completed.
+    let sidecar = agent.wait_for("the sidecar stopped", T, |a| {
+        let r = a.record("staged")?;
+        let side = r["status"]["initContainerStatuses"][1].clone();
+        side["state"]["terminated"].is_object().then_some(side)
+    });
+    assert_eq!(sidecar["name"], "side");
+    // sleep as PID 1 ignores SIGTERM: SIGKILL after the 1 s grace.
+    assert_eq!(
+        sidecar["state"]["terminated"]["exitCode"], 137,
+        "{sidecar:#}"
+    );
+    assert_eq!(sidecar["restartCount"], 0, "{sidecar:#}");
+    let init = record["status"]["initContainerStatuses"]
+        .as_array()
+        .unwrap();
+    assert_eq!(init.len(), 3);
+    assert_eq!(init[0]["state"]["terminated"]["exitCode"], 0);
+    assert_eq!(init[0]["ready"], true);
+    let conditions = record["status"]["conditions"].as_array().unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Initialized" && c["status"] == "True"),
+        "{conditions:#?}"
+    );
+
+    // A failed init container with restartPolicy Never fails the pod; its
+    // main container never starts.
+    let broken = agent.wait_for("broken-init Failed", T, |a| {
+        let r = a.record("broken-init")?;
+        (r["status"]["phase"] == "Failed").then_some(r)
+    });
+    let main = &broken["status"]["containerStatuses"][0];
+    assert_eq!(
+        main["state"]["waiting"]["reason"], "PodInitializing",
+        "{broken:#}"
+    );
+    assert!(main["containerID"].is_null());
+    let table = agent.cli(&["pods"]);
+    let row = table.lines().find(|l| l.contains("broken-init")).unwrap();
+    assert!(row.contains("Init:Error"), "{table}");
+}

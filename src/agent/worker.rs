@@ -24,7 +24,7 @@ use crate::pod::objects::{PodObjects, references, token_key};
 use crate::pod::probe::ProbeKind;
 use crate::pod::status::{self, ContainerView, Lifecycle, Terminated};
 use crate::pod::volumes;
-use crate::pod::{Container, Pod, ProjectionSource, RestartPolicy, VolumeSource};
+use crate::pod::{Container, ContainerRole, Pod, ProjectionSource, RestartPolicy, VolumeSource};
 use crate::runtime::monitor_client::{self, MonitorConnection, MonitorEvent};
 use crate::runtime::protocol::Exit;
 use crate::runtime::spec::{self, PodPaths, SpecInput};
@@ -73,6 +73,9 @@ pub struct Worker {
     terminating: bool,
     /// Every container was stopped by termination.
     stopped: bool,
+    /// The regular containers are done for good: sidecars are stopped and
+    /// not restarted.
+    completing: bool,
     /// A grace period shorter than the pod's, from its deletion.
     grace_override: Option<Duration>,
     /// The last status written, to skip unchanged writes.
@@ -111,8 +114,7 @@ impl Worker {
             .flatten()
             .unwrap_or_default();
         let containers = pod
-            .containers
-            .iter()
+            .all_containers()
             .map(|c| ContainerState {
                 record: saved
                     .iter()
@@ -159,6 +161,7 @@ impl Worker {
             terminating: false,
             grace_override: None,
             stopped: false,
+            completing: false,
             last_status: None,
             sandbox_backoff: Backoff::default(),
             objects,
@@ -188,9 +191,10 @@ impl Worker {
             // must not wait for the pull: the pass is abandoned.
             let control = self.control.clone();
             let terminate = async { Some(control.recv().await.ok()) };
+            let mut progressed = false;
             if let Some(control) = async {
-                self.sync().await;
-                self.run_probes().await;
+                progressed = self.sync().await;
+                progressed |= self.run_probes().await;
                 None
             }
             .or(terminate)
@@ -200,6 +204,11 @@ impl Worker {
                 continue;
             }
             self.write_status();
+            // An init container started, or a sidecar's startup probe
+            // passed: the next one may start now, not at the next wake.
+            if progressed && !self.pod.init_containers.is_empty() {
+                continue;
+            }
             let wake = self.next_wake();
             match self.wait(wake).await {
                 Wake::Control(control) => self.on_control(control).await,
@@ -231,12 +240,13 @@ impl Worker {
     /// image; labels and annotations reach the downward API volumes.
     async fn on_update(&mut self, pod: Pod) {
         let name = self.pod.full_name();
-        let same_containers = pod.containers.len() == self.pod.containers.len()
-            && pod
-                .containers
-                .iter()
-                .zip(&self.pod.containers)
-                .all(|(a, b)| a.name == b.name);
+        let names = |p: &Pod| {
+            p.all_containers()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let same_containers = names(&pod) == names(&self.pod)
+            && pod.init_containers.len() == self.pod.init_containers.len();
         if !same_containers {
             log::warn!("pod {name}: its containers changed in the API server; ignoring");
             return;
@@ -245,8 +255,8 @@ impl Worker {
         self.volumes_written = None;
         let now = Instant::now();
         for i in 0..self.containers.len() {
-            let image = self.pod.containers[i].image.clone();
-            if old.containers[i].image == image {
+            let image = self.pod.container(i).image.clone();
+            if old.container(i).image == image {
                 continue;
             }
             let c = &mut self.containers[i];
@@ -346,7 +356,7 @@ impl Worker {
                     // Probes start over, as after an upstream kubelet
                     // restart; their initial delays are long past.
                     self.containers[i].probes =
-                        ProbeTracker::start(&self.pod.containers[i].probes, Instant::now());
+                        ProbeTracker::start(&self.pod.container(i).probes, Instant::now());
                     adopted_running = true;
                 }
                 other => {
@@ -629,13 +639,99 @@ impl Worker {
         control.or(exit).or(changed).or(timer).await
     }
 
-    /// Whether the container should get a new instance now that its current
-    /// one ended, by the pod's restart policy.
-    fn wants_restart(&self, terminated: &Terminated) -> bool {
-        match self.pod.restart_policy {
-            RestartPolicy::Always => true,
-            RestartPolicy::OnFailure => terminated.exit_code != 0,
-            RestartPolicy::Never => false,
+    /// Whether container `i` should get a new instance now that its current
+    /// one ended: sidecars always (until the pod completes), init
+    /// containers until they succeed unless the policy is Never, regular
+    /// containers by the pod's restart policy.
+    fn wants_restart(&self, i: usize, terminated: &Terminated) -> bool {
+        match self.pod.container(i).role {
+            ContainerRole::Sidecar => !self.completing,
+            ContainerRole::Init => {
+                terminated.exit_code != 0 && self.pod.restart_policy != RestartPolicy::Never
+            }
+            ContainerRole::Regular => match self.pod.restart_policy {
+                RestartPolicy::Always => true,
+                RestartPolicy::OnFailure => terminated.exit_code != 0,
+                RestartPolicy::Never => false,
+            },
+        }
+    }
+
+    /// The first init container that has not done its part yet; the number
+    /// of init containers once all have (then regular containers may run).
+    fn init_frontier(&self) -> usize {
+        let n = self.pod.init_containers.len();
+        (0..n)
+            .find(|&i| {
+                let c = &self.containers[i];
+                let view = ContainerView {
+                    probed_started: c.probes.started(),
+                    ..c.record.view.clone()
+                };
+                !status::init_done(self.pod.container(i).role, &view)
+            })
+            .unwrap_or(n)
+    }
+
+    /// Once every regular container has ended for good (or an init
+    /// container failed for good), the sidecars are stopped, as upstream
+    /// does for completing pods.
+    async fn stop_sidecars_when_done(&mut self) {
+        let n_init = self.pod.init_containers.len();
+        let has_sidecars = self
+            .pod
+            .init_containers
+            .iter()
+            .any(|c| c.role == ContainerRole::Sidecar);
+        if self.completing || !has_sidecars {
+            return;
+        }
+        let over = |i: usize| {
+            self.containers[i]
+                .record
+                .view
+                .terminated
+                .as_ref()
+                .is_some_and(|t| !self.wants_restart(i, t))
+        };
+        let init_failed = (0..n_init).any(|i| {
+            let failed = self.containers[i]
+                .record
+                .view
+                .terminated
+                .as_ref()
+                .is_some_and(|t| t.exit_code != 0);
+            self.pod.container(i).role == ContainerRole::Init && failed && over(i)
+        });
+        let regular_done = (n_init..self.containers.len()).all(over);
+        if !(init_failed || regular_done) {
+            return;
+        }
+        self.completing = true;
+        let now = Instant::now();
+        for i in (0..n_init).rev() {
+            if self.pod.container(i).role != ContainerRole::Sidecar {
+                continue;
+            }
+            let c = &mut self.containers[i];
+            let Some(id) = c.record.view.container_id.clone() else {
+                continue;
+            };
+            if c.record.view.terminated.is_some() {
+                continue;
+            }
+            c.kill_at = Some(now + self.pod.termination_grace);
+            let signal = c.record.stop_signal();
+            let name = c.record.view.name.clone();
+            self.event(
+                Some(&name),
+                EventType::Normal,
+                "Killing",
+                format!("Stopping container {name}"),
+            );
+            if let Err(e) = self.ctx.runtime.kill(&id, &signal).await {
+                log::warn!("pod {}: {e}", self.pod.full_name());
+            }
         }
     }
 
@@ -688,7 +784,8 @@ impl Worker {
         }
     }
 
-    async fn sync(&mut self) {
+    /// One level-triggered pass; true if it started a container.
+    async fn sync(&mut self) -> bool {
         let now = Instant::now();
         for c in &mut self.containers {
             if c.retry_at.is_some_and(|t| t <= now) {
@@ -707,9 +804,25 @@ impl Worker {
                 }
             }
         }
+        self.stop_sidecars_when_done().await;
+        let n_init = self.pod.init_containers.len();
+        let frontier = self.init_frontier();
         let mut to_start = Vec::new();
         for i in 0..self.containers.len() {
             if self.containers[i].retry_at.is_some() {
+                continue;
+            }
+            // Init containers one after the other; regular ones after all.
+            let gated = if i < n_init {
+                i > frontier
+            } else {
+                frontier < n_init
+            };
+            if gated {
+                let view = &mut self.containers[i].record.view;
+                if view.container_id.is_none() && view.waiting.is_none() {
+                    view.waiting = Some(("PodInitializing".into(), String::new()));
+                }
                 continue;
             }
             let view = &self.containers[i].record.view;
@@ -719,7 +832,7 @@ impl Worker {
             }
             if let Some(terminated) = view.terminated.clone() {
                 let updated = self.containers[i].restart_for_update;
-                if !self.wants_restart(&terminated) && !updated {
+                if !self.wants_restart(i, &terminated) && !updated {
                     continue;
                 }
                 let c = &mut self.containers[i];
@@ -756,6 +869,7 @@ impl Worker {
             }
             to_start.push(i);
         }
+        let starting = !to_start.is_empty();
         // A pod with nothing (more) to run needs no sandbox or monitor, for
         // instance a completed one adopted after a restart.
         if !to_start.is_empty() && self.ensure_sandbox().await {
@@ -787,10 +901,12 @@ impl Worker {
             log::warn!("pod {}: {message}", self.pod.full_name());
         }
         self.save_containers();
+        starting
     }
 
-    /// Runs the probes that are due, together, and acts on their results.
-    async fn run_probes(&mut self) {
+    /// Runs the probes that are due, together, and acts on their results;
+    /// true if a container became started.
+    async fn run_probes(&mut self) -> bool {
         let now = Instant::now();
         let mut running = Vec::new();
         for (i, c) in self.containers.iter().enumerate() {
@@ -801,7 +917,7 @@ impl Worker {
                 continue;
             }
             for kind in c.probes.due(now) {
-                let Some(probe) = self.pod.containers[i].probes.get(kind).cloned() else {
+                let Some(probe) = self.pod.container(i).probes.get(kind).cloned() else {
                     continue;
                 };
                 let target = self.probe_target(id.clone(), kind);
@@ -811,10 +927,14 @@ impl Worker {
                 running.push((i, kind, task));
             }
         }
+        let mut started = false;
         for (i, kind, task) in running {
             let outcome = task.await;
+            let before = self.containers[i].probes.started();
             self.on_probe(i, kind, outcome).await;
+            started |= before != self.containers[i].probes.started();
         }
+        started
     }
 
     fn probe_target(&self, container_id: String, kind: ProbeKind) -> prober::Target {
@@ -839,7 +959,7 @@ impl Worker {
     }
 
     async fn on_probe(&mut self, i: usize, kind: ProbeKind, outcome: Outcome) {
-        let name = self.pod.containers[i].name.clone();
+        let name = self.pod.container(i).name.clone();
         if let Outcome::Failure(message) = &outcome {
             log::debug!(
                 "pod {}: {name}: {} probe failed: {message}",
@@ -849,7 +969,7 @@ impl Worker {
             let message = format!("{} probe failed: {message}", kind.name());
             self.event(Some(&name), EventType::Warning, "Unhealthy", message);
         }
-        let probes = self.pod.containers[i].probes.clone();
+        let probes = self.pod.container(i).probes.clone();
         let now = Instant::now();
         let verdict =
             self.containers[i]
@@ -881,7 +1001,7 @@ impl Worker {
 
     /// Pulls the image, creates and starts a new instance of container `i`.
     async fn start_container(&mut self, i: usize) {
-        let spec_container: Container = self.pod.containers[i].clone();
+        let spec_container: Container = self.pod.container(i).clone();
         let now = Instant::now();
         {
             let c = &mut self.containers[i];
@@ -916,7 +1036,15 @@ impl Worker {
                 }
                 return;
             }
-            if c.record.view.terminated.is_none() && c.record.view.waiting.is_none() {
+            let initializing = c
+                .record
+                .view
+                .waiting
+                .as_ref()
+                .is_some_and(|(reason, _)| reason == "PodInitializing");
+            if c.record.view.terminated.is_none()
+                && (c.record.view.waiting.is_none() || initializing)
+            {
                 c.record.view.waiting = Some(("ContainerCreating".into(), String::new()));
             }
         }
@@ -1378,27 +1506,37 @@ impl Worker {
             .filter(|(_, c)| c.record.view.terminated.is_none())
             .filter_map(|(i, c)| c.record.view.container_id.clone().map(|id| (i, id)))
             .collect();
-        for (i, id) in &running {
-            let name = self.containers[*i].record.view.name.clone();
-            self.event(
-                Some(&name),
-                EventType::Normal,
-                "Killing",
-                format!("Stopping container {name}"),
-            );
-            let signal = self.containers[*i].record.stop_signal();
-            if let Err(e) = self.ctx.runtime.kill(id, &signal).await {
-                log::warn!("pod {name}: {e}");
+        let deadline = Instant::now() + grace;
+        // Regular containers first, then sidecars in reverse order, all
+        // within the one grace period.
+        let is_sidecar = |i: usize| self.pod.container(i).role == ContainerRole::Sidecar;
+        let (sidecars, others): (Vec<_>, Vec<_>) =
+            running.iter().cloned().partition(|(i, _)| is_sidecar(*i));
+        for (group, sidecars_too) in [(others, false), (sidecars, true)] {
+            for (i, id) in group.iter().rev() {
+                let name = self.containers[*i].record.view.name.clone();
+                self.event(
+                    Some(&name),
+                    EventType::Normal,
+                    "Killing",
+                    format!("Stopping container {name}"),
+                );
+                let signal = self.containers[*i].record.stop_signal();
+                if let Err(e) = self.ctx.runtime.kill(id, &signal).await {
+                    log::warn!("pod {name}: {e}");
+                }
+            }
+            if !sidecars_too {
+                self.wait_for_exits(deadline, false).await;
             }
         }
-        let deadline = Instant::now() + grace;
-        if !self.wait_for_exits(deadline).await {
+        if !self.wait_for_exits(deadline, true).await {
             for (_, id) in &running {
                 if let Err(e) = self.ctx.runtime.kill(id, "KILL").await {
                     log::warn!("pod {name}: {e}");
                 }
             }
-            self.wait_for_exits(Instant::now() + Duration::from_secs(10))
+            self.wait_for_exits(Instant::now() + Duration::from_secs(10), true)
                 .await;
         }
         // The final status: the phase is terminal once nothing can run.
@@ -1419,12 +1557,18 @@ impl Worker {
         log::info!("pod {name}: terminated and removed");
     }
 
-    /// Waits for every instance to have exited; false at the deadline.
-    async fn wait_for_exits(&mut self, deadline: Instant) -> bool {
+    /// Waits for every instance (but sidecars', unless `sidecars_too`) to
+    /// have exited; false at the deadline.
+    async fn wait_for_exits(&mut self, deadline: Instant, sidecars_too: bool) -> bool {
         loop {
             let still_running: Vec<String> = self
                 .containers
                 .iter()
+                .enumerate()
+                .filter(|(i, _)| {
+                    sidecars_too || self.pod.container(*i).role != ContainerRole::Sidecar
+                })
+                .map(|(_, c)| c)
                 .filter(|c| c.record.view.terminated.is_none())
                 .filter_map(|c| c.record.view.container_id.clone())
                 .collect();

@@ -76,6 +76,8 @@ pub struct Pod {
     pub run_as_non_root: bool,
     pub supplemental_groups: Vec<u32>,
     pub volumes: Vec<Volume>,
+    /// Run in order before `containers`; sidecars among them keep running.
+    pub init_containers: Vec<Container>,
     pub containers: Vec<Container>,
     /// Secrets (dockerconfigjson) with registry credentials for pulls.
     pub image_pull_secrets: Vec<String>,
@@ -102,6 +104,17 @@ pub struct Container {
     pub resources: Resources,
     pub mounts: Vec<VolumeMount>,
     pub probes: probe::Probes,
+    pub role: ContainerRole,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerRole {
+    Regular,
+    /// An init container: runs to success before the next one starts.
+    Init,
+    /// An init container with `restartPolicy: Always`: started in order,
+    /// kept running, stopped after the regular containers.
+    Sidecar,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,5 +265,18 @@ impl Pod {
     /// The log directory of this pod under podLogsDir.
     pub fn log_dir_name(&self) -> String {
         format!("{}_{}_{}", self.namespace, self.name, self.uid)
+    }
+
+    /// Init containers, then regular ones: the pod worker's numbering.
+    pub fn all_containers(&self) -> impl Iterator<Item = &Container> {
+        self.init_containers.iter().chain(&self.containers)
+    }
+
+    /// Container `i` in [`Pod::all_containers`] order.
+    pub fn container(&self, i: usize) -> &Container {
+        match i.checked_sub(self.init_containers.len()) {
+            Some(regular) => &self.containers[regular],
+            None => &self.init_containers[i],
+        }
     }
 }

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
-use super::{Pod, RestartPolicy};
+use super::{ContainerRole, Pod, RestartPolicy};
 
 /// How a container instance ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +73,30 @@ pub enum Lifecycle {
     Stopped,
 }
 
-/// The status of `pod` from its containers' views.
+/// Whether an init container has done its part: an init container has
+/// completed successfully, a sidecar has started (once; a later restart of
+/// it does not hold the pod back).
+pub fn init_done(role: ContainerRole, view: &ContainerView) -> bool {
+    match role {
+        ContainerRole::Sidecar => {
+            view.restart_count > 0
+                || (view.running_since.is_some()
+                    && view.terminated.is_none()
+                    && view.probed_started != Some(false))
+        }
+        _ => view.terminated.as_ref().is_some_and(|t| t.exit_code == 0),
+    }
+}
+
+/// An init container that failed and will not run again: the pod failed.
+fn init_failed(pod: &Pod, role: ContainerRole, view: &ContainerView) -> bool {
+    role == ContainerRole::Init
+        && pod.restart_policy == RestartPolicy::Never
+        && view.terminated.as_ref().is_some_and(|t| t.exit_code != 0)
+}
+
+/// The status of `pod` from its containers' views, in
+/// [`Pod::all_containers`] order.
 pub fn pod_status(
     pod: &Pod,
     views: &[ContainerView],
@@ -83,7 +106,7 @@ pub fn pod_status(
     lifecycle: Lifecycle,
 ) -> core::PodStatus {
     let terminating = lifecycle != Lifecycle::Running;
-    let statuses: Vec<core::ContainerStatus> = views
+    let mut statuses: Vec<core::ContainerStatus> = views
         .iter()
         .map(|v| {
             let state = if let Some(since) = v.running_since.filter(|_| v.terminated.is_none()) {
@@ -136,13 +159,36 @@ pub fn pod_status(
             }
         })
         .collect();
+    let n_init = pod.init_containers.len().min(statuses.len());
+    let statuses_of_init: Vec<core::ContainerStatus> = statuses.drain(..n_init).collect();
+    let mut init_statuses = statuses_of_init;
+    let mut initialized = true;
+    let mut failed_init = false;
+    for (i, (status, view)) in init_statuses.iter_mut().zip(views).enumerate() {
+        let role = pod.init_containers[i].role;
+        if role == ContainerRole::Init {
+            // Upstream: ready once completed successfully.
+            status.ready = view.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
+        }
+        failed_init |= init_failed(pod, role, view);
+        initialized &= init_done(role, view);
+    }
+    let sidecars_ready = init_statuses
+        .iter()
+        .zip(&pod.init_containers)
+        .filter(|(_, c)| c.role == ContainerRole::Sidecar)
+        .all(|(s, _)| s.ready);
 
-    let phase = phase(
-        pod.restart_policy,
-        &statuses,
-        lifecycle == Lifecycle::Stopped,
-    );
-    let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
+    let stopped_for_good = lifecycle == Lifecycle::Stopped;
+    let phase = if failed_init {
+        "Failed"
+    } else if !initialized && !stopped_for_good {
+        "Pending"
+    } else {
+        phase(pod.restart_policy, &statuses, stopped_for_good)
+    };
+    let all_ready =
+        !statuses.is_empty() && statuses.iter().all(|s| s.ready) && sidecars_ready && initialized;
     let condition = |type_: &str, ok: bool, reason: Option<&str>| core::PodCondition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
@@ -158,12 +204,17 @@ pub fn pod_status(
         phase: Some(phase.into()),
         conditions: Some(vec![
             condition("PodReadyToStartContainers", true, None),
-            condition("Initialized", true, None),
+            condition(
+                "Initialized",
+                initialized,
+                (!initialized).then_some("ContainersNotInitialized"),
+            ),
             condition("Ready", all_ready, not_ready),
             condition("ContainersReady", all_ready, not_ready),
             condition("PodScheduled", true, None),
         ]),
         container_statuses: Some(statuses),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         start_time: Some(time(start_time)),
         pod_ip: pod_ips.first().cloned(),
         pod_ips: (!pod_ips.is_empty()).then(|| {
@@ -261,7 +312,46 @@ pub fn summary(
     let mut ready = 0;
     let mut restarts = 0;
     let mut has_running = false;
-    for s in statuses.iter().rev() {
+    // As upstream's printer: the first init container that is not done
+    // names the status.
+    let init = status
+        .init_container_statuses
+        .as_deref()
+        .unwrap_or_default();
+    let mut initializing = false;
+    for (i, s) in init.iter().enumerate() {
+        restarts += s.restart_count.max(0) as u32;
+        if initializing {
+            continue;
+        }
+        let state = s.state.as_ref();
+        let terminated = state.and_then(|st| st.terminated.as_ref());
+        let waiting = state
+            .and_then(|st| st.waiting.as_ref())
+            .and_then(|w| w.reason.clone())
+            .filter(|r| !r.is_empty() && r != "PodInitializing");
+        // A running init container behind which others have started is a
+        // sidecar (a plain one holds back all that follow it).
+        let later_started = init[i + 1..]
+            .iter()
+            .chain(statuses)
+            .any(|l| l.container_id.is_some());
+        let running = state.and_then(|st| st.running.as_ref()).is_some();
+        if terminated.is_some_and(|t| t.exit_code == 0) || (running && later_started) {
+            continue;
+        }
+        initializing = true;
+        reason = match (terminated, waiting) {
+            (Some(t), _) => match (&t.reason, t.signal) {
+                (Some(r), _) if !r.is_empty() => format!("Init:{r}"),
+                (_, Some(sig)) if sig != 0 => format!("Init:Signal:{sig}"),
+                _ => format!("Init:ExitCode:{}", t.exit_code),
+            },
+            (None, Some(w)) => format!("Init:{w}"),
+            (None, None) => format!("Init:{i}/{}", init.len()),
+        };
+    }
+    for s in statuses.iter().rev().filter(|_| !initializing) {
         restarts += s.restart_count.max(0) as u32;
         let state = s.state.as_ref();
         if let Some(w) = state
@@ -281,6 +371,12 @@ pub fn summary(
                 ready += 1;
             }
         }
+    }
+    if initializing {
+        restarts += statuses
+            .iter()
+            .map(|s| s.restart_count.max(0) as u32)
+            .sum::<u32>();
     }
     if reason == "Completed" && has_running {
         reason = "Running".into();

@@ -134,6 +134,8 @@ const CONTAINER: &[(&str, Shape)] = &[
     ),
     ("stdin", Leaf),
     ("tty", Leaf),
+    // Init containers only: `Always` makes a sidecar.
+    ("restartPolicy", Leaf),
     ("startupProbe", Object(PROBE)),
     ("livenessProbe", Object(PROBE)),
     ("readinessProbe", Object(PROBE)),
@@ -238,6 +240,7 @@ const VOLUME: &[(&str, Shape)] = &[
 
 const SPEC: &[(&str, Shape)] = &[
     ("containers", ListOf(CONTAINER)),
+    ("initContainers", ListOf(CONTAINER)),
     ("restartPolicy", Leaf),
     ("terminationGracePeriodSeconds", Leaf),
     ("hostNetwork", Leaf),
@@ -463,23 +466,63 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             "at least one container is required",
         ));
     }
+    let mut init_containers = Vec::new();
     let mut containers = Vec::new();
-    for (i, c) in spec.containers.iter().enumerate() {
-        let field = format!("spec.containers[{i}]");
-        let container = convert_container(c, &field, host_network, &volumes)?;
-        if containers
-            .iter()
-            .any(|other: &Container| other.name == container.name)
-        {
-            return Err(invalid(
-                format!("{field}.name"),
-                format!("duplicate name {:?}", container.name),
-            ));
+    let lists = [
+        (
+            "spec.initContainers",
+            spec.init_containers.as_deref().unwrap_or_default(),
+        ),
+        ("spec.containers", spec.containers.as_slice()),
+    ];
+    for (list, specs) in lists {
+        for (i, c) in specs.iter().enumerate() {
+            let field = format!("{list}[{i}]");
+            let mut container = convert_container(c, &field, host_network, &volumes)?;
+            let named_before = init_containers.iter().chain(&containers);
+            if named_before
+                .into_iter()
+                .any(|other: &Container| other.name == container.name)
+            {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    format!("duplicate name {:?}", container.name),
+                ));
+            }
+            let init = list == "spec.initContainers";
+            container.role = match (init, c.restart_policy.as_deref()) {
+                (false, None) => ContainerRole::Regular,
+                (false, Some(_)) => {
+                    return Err(invalid(
+                        format!("{field}.restartPolicy"),
+                        "may not be set for non-init containers",
+                    ));
+                }
+                (true, None) => ContainerRole::Init,
+                (true, Some("Always")) => ContainerRole::Sidecar,
+                (true, Some(_)) => {
+                    return Err(invalid(
+                        format!("{field}.restartPolicy"),
+                        "supported values: \"Always\"",
+                    ));
+                }
+            };
+            if container.role == ContainerRole::Init && (container.probes != Default::default()) {
+                return Err(invalid(
+                    field.clone(),
+                    "probes may only be set for sidecar (restartPolicy: Always) init containers",
+                ));
+            }
+            if init {
+                init_containers.push(container);
+            } else {
+                containers.push(container);
+            }
         }
-        containers.push(container);
     }
-    let qos = qos_class(&containers);
+    let qos = qos_class(&[init_containers.as_slice(), containers.as_slice()].concat());
     Ok(Pod {
+        init_containers,
         uid,
         namespace,
         name,
@@ -952,6 +995,7 @@ fn convert_container(
     let probes = super::probe::convert_probes(field, c)?;
     Ok(Container {
         probes,
+        role: ContainerRole::Regular,
         name: c.name.clone(),
         image,
         pull_policy,
@@ -1115,12 +1159,15 @@ mod tests {
             "spec.containers[0].livenessProbe.grpc: not supported by nanolet yet"
         );
         let err = validate(
-            &pod(json!({"containers": [], "initContainers": []})),
+            &pod(json!({"containers": [{"name": "c", "image": "b"}], "ephemeralContainers": []})),
             "f",
             "u",
         )
         .unwrap_err();
-        assert!(err.to_string().starts_with("spec.initContainers"), "{err}");
+        assert!(
+            err.to_string().starts_with("spec.ephemeralContainers"),
+            "{err}"
+        );
     }
 
     #[test]
