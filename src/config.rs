@@ -39,6 +39,7 @@ struct KubeletConfigurationDoc {
     cgroup_root: Option<String>,
     file_check_frequency: Option<String>,
     max_pods: Option<u32>,
+    pod_pids_limit: Option<i64>,
     register_node: Option<bool>,
     #[serde(default)]
     register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
@@ -133,6 +134,8 @@ pub struct Config {
     /// Rescan period of the manifest directory, on top of inotify.
     pub file_check_frequency: Duration,
     pub max_pods: u32,
+    /// pids.max of each pod's cgroup (podPidsLimit; unlimited if none).
+    pub pod_pids_limit: Option<i64>,
     pub state_dir: PathBuf,
     pub runtime: RuntimeKind,
     pub runtime_path: PathBuf,
@@ -184,6 +187,7 @@ impl Default for Config {
             cgroup_root: "/".into(),
             file_check_frequency: Duration::from_secs(20),
             max_pods: 110,
+            pod_pids_limit: None,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             runtime: RuntimeKind::Runc,
             runtime_path: PathBuf::from("runc"),
@@ -331,6 +335,7 @@ impl Config {
             config.file_check_frequency = quantity::parse_duration(&freq)
                 .map_err(|e| invalid(format!("fileCheckFrequency: {e}")))?;
         }
+        config.pod_pids_limit = kubelet.pod_pids_limit.filter(|p| *p > 0);
         if let Some(max) = kubelet.max_pods {
             config.max_pods = max;
         }

@@ -410,7 +410,11 @@ fn bad_manifests_are_reported_and_harm_nothing() {
     agent.write_manifest("noimage.yaml", &pod_yaml("noimage", "", "  - name: c\n"));
     agent.write_manifest(
         "probe.yaml",
-        &pod_yaml("probe", "", &format!("  - name: c\n    image: {image}\n    livenessProbe: {{exec: {{command: [true]}}}}\n")),
+        &pod_yaml(
+            "probe",
+            "",
+            &format!("  - name: c\n    image: {image}\n    livenessProbe: {{grpc: {{port: 9}}}}\n"),
+        ),
     );
     agent.write_manifest(
         "privileged.yaml",
@@ -434,7 +438,7 @@ fn bad_manifests_are_reported_and_harm_nothing() {
         table.contains("noimage.yaml (document 0): spec.containers[0].image: required"),
         "{table}"
     );
-    assert!(table.contains("probe.yaml (document 0): spec.containers[0].livenessProbe: not supported by nanolet yet"), "{table}");
+    assert!(table.contains("probe.yaml (document 0): spec.containers[0].livenessProbe.grpc: not supported by nanolet yet"), "{table}");
     assert!(table.contains("privileged.yaml (document 0): spec.containers[0].securityContext.privileged=true: not supported"), "{table}");
     assert!(
         table.lines().any(|l| l

@@ -6,33 +6,13 @@
 
 use crate::pod::Pod;
 
-/// A pod's CPU (millicores) and memory requests, as upstream computes them
-/// with init containers: the larger of what runs at the end (regular
-/// containers and sidecars) and what runs while each init container does
-/// (it and the sidecars started before it).
+/// A pod's CPU (millicores) and memory requests, init containers counted
+/// as upstream does.
 pub fn requests(pod: &Pod) -> (u64, u64) {
-    let of = |c: &crate::pod::Container| {
-        (
-            c.resources.cpu_request_milli.unwrap_or(0),
-            c.resources.memory_request.unwrap_or(0),
-        )
-    };
-    let mut sidecars = (0, 0);
-    let mut peak = (0, 0);
-    for c in &pod.init_containers {
-        let (cpu, mem) = of(c);
-        if c.role == crate::pod::ContainerRole::Sidecar {
-            sidecars = (sidecars.0 + cpu, sidecars.1 + mem);
-        } else {
-            peak = (peak.0.max(sidecars.0 + cpu), peak.1.max(sidecars.1 + mem));
-        }
-    }
-    let steady = pod
-        .containers
-        .iter()
-        .map(of)
-        .fold(sidecars, |(a, b), (c, d)| (a + c, b + d));
-    (peak.0.max(steady.0), peak.1.max(steady.1))
+    (
+        pod.pod_total(|c| c.resources.cpu_request_milli.unwrap_or(0)),
+        pod.pod_total(|c| c.resources.memory_request.unwrap_or(0)),
+    )
 }
 
 #[derive(Debug, Clone, Copy)]

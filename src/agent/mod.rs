@@ -297,6 +297,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         }
     };
 
+    let mut qos_written: Option<u64> = None;
     loop {
         let scan = match &source {
             Some(s) => s.scan().await,
@@ -443,6 +444,18 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             signals.next().await;
             Event::Signal
         };
+        // The Burstable class's weight follows its pods' CPU requests.
+        let burstable_cpu: u64 = workers
+            .values()
+            .filter(|w| w.pod.qos == crate::pod::QosClass::Burstable)
+            .map(|w| w.requests.0)
+            .sum();
+        if qos_written != Some(burstable_cpu) {
+            match ctx.cgroups.update_qos(burstable_cpu) {
+                Ok(()) => qos_written = Some(burstable_cpu),
+                Err(e) => log::warn!("QoS cgroups: {e}"),
+            }
+        }
         match changed.or(api_change).or(done).or(signal).await {
             Event::Changed => {
                 if let Some(mirrors) = &mirrors {

@@ -740,6 +740,12 @@ impl Worker {
             return true;
         }
         let result = async {
+            // Before any container: runtimes create only the containers' own.
+            let limits = crate::cgroup::pod_limits(&self.pod, self.ctx.config.pod_pids_limit);
+            self.ctx
+                .cgroups
+                .ensure_pod(self.pod.qos, &self.pod.uid, &limits)
+                .map_err(|e| e.to_string())?;
             if self.paths.is_none() {
                 self.paths = Some(
                     sandbox::create(&self.pod, &self.dir, &self.cluster_dns(), &self.ctx.cni)
@@ -1144,6 +1150,7 @@ impl Worker {
                 rootfs: &rootfs,
                 paths,
                 cgroups_path: self.ctx.cgroups.container_path(qos, &self.pod.uid, &id),
+                cgroup_version: self.ctx.cgroups.version,
                 memory_capacity: self.ctx.memory_capacity,
             })
             .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;

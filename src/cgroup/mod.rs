@@ -1,7 +1,12 @@
 //! Cgroup paths of pods and containers (upstream's hierarchy: `kubepods`,
-//! then `burstable`/`besteffort` by QoS, then `pod<uid>`), and their removal.
-//! The OCI runtime creates a container's cgroup from the spec's
-//! `cgroupsPath`; the directories above it are nanolet's to remove.
+//! then `burstable`/`besteffort` by QoS, then `pod<uid>`), the pod- and
+//! QoS-level limits nanolet writes itself (cgroup v2 files, or the v1
+//! controllers' on v1 and hybrid hosts), and their removal. The OCI runtime
+//! creates a container's own cgroup from the spec's `cgroupsPath`.
+
+mod limits;
+
+pub use limits::{CPU_PERIOD, Limits, cpu_quota, cpu_shares, cpu_weight};
 
 use std::fs;
 use std::io;
@@ -39,13 +44,58 @@ pub fn detect() -> Version {
 pub struct Hierarchy {
     /// The configured cgroupRoot, without trailing slash ("" for "/").
     root: String,
+    pub version: Version,
 }
 
 impl Hierarchy {
     pub fn new(cgroup_root: &str) -> Self {
         Hierarchy {
             root: cgroup_root.trim_end_matches('/').to_owned(),
+            version: detect(),
         }
+    }
+
+    /// `/<root>/kubepods[/<qos>]`: where the QoS class's pods live.
+    pub fn qos_path(&self, qos: QosClass) -> String {
+        match qos {
+            QosClass::Guaranteed => format!("{}/kubepods", self.root),
+            QosClass::Burstable => format!("{}/kubepods/burstable", self.root),
+            QosClass::BestEffort => format!("{}/kubepods/besteffort", self.root),
+        }
+    }
+
+    /// Creates the pod's cgroup (and those above it) with `limits`, or
+    /// brings an existing one's limits up to date.
+    pub fn ensure_pod(&self, qos: QosClass, uid: &str, limits: &Limits) -> Result<(), CgroupError> {
+        limits::ensure(self.version, &self.pod_path(qos, uid), limits)
+    }
+
+    /// The QoS-level cgroups, as upstream sizes them: BestEffort gets the
+    /// least CPU weight, Burstable the sum of its pods' CPU requests.
+    pub fn update_qos(&self, burstable_cpu_milli: u64) -> Result<(), CgroupError> {
+        limits::ensure(
+            self.version,
+            &self.qos_path(QosClass::Guaranteed),
+            &Limits::default(),
+        )?;
+        let besteffort = Limits {
+            cpu_shares: cpu_shares(None),
+            ..Limits::default()
+        };
+        limits::ensure(
+            self.version,
+            &self.qos_path(QosClass::BestEffort),
+            &besteffort,
+        )?;
+        let burstable = Limits {
+            cpu_shares: cpu_shares(Some(burstable_cpu_milli)),
+            ..Limits::default()
+        };
+        limits::ensure(
+            self.version,
+            &self.qos_path(QosClass::Burstable),
+            &burstable,
+        )
     }
 
     /// `/<root>/kubepods[/<qos>]/pod<uid>`, as an absolute cgroup path.
@@ -72,6 +122,21 @@ impl Hierarchy {
             remove_tree(&dir)?;
         }
         Ok(())
+    }
+}
+
+/// The pod cgroup's limits, as upstream's ResourceConfigForPod: weight
+/// from the CPU requests, quota and memory only if every container has a
+/// limit, and the node's podPidsLimit.
+pub fn pod_limits(pod: &crate::pod::Pod, pids_max: Option<i64>) -> Limits {
+    let cpu_request = pod.pod_total(|c| c.resources.cpu_request_milli.unwrap_or(0));
+    Limits {
+        cpu_shares: cpu_shares(Some(cpu_request)),
+        cpu_quota: pod
+            .pod_limit(|c| c.resources.cpu_limit_milli)
+            .map(cpu_quota),
+        memory_max: pod.pod_limit(|c| c.resources.memory_limit),
+        pids_max,
     }
 }
 
@@ -164,6 +229,7 @@ mod tests {
     #[test]
     fn paths_follow_upstream_hierarchy() {
         let h = Hierarchy::new("/");
+        assert_eq!(h.qos_path(QosClass::Burstable), "/kubepods/burstable");
         assert_eq!(h.pod_path(QosClass::Guaranteed, "u"), "/kubepods/podu");
         assert_eq!(
             h.pod_path(QosClass::BestEffort, "u"),

@@ -272,6 +272,32 @@ impl Pod {
         self.init_containers.iter().chain(&self.containers)
     }
 
+    /// A pod-level amount as upstream computes it with init containers:
+    /// the larger of the steady state (regular containers and sidecars) and
+    /// the peak while an init container runs (it and the sidecars started
+    /// before it).
+    pub fn pod_total(&self, amount: impl Fn(&Container) -> u64) -> u64 {
+        let mut sidecars = 0;
+        let mut peak = 0;
+        for c in &self.init_containers {
+            if c.role == ContainerRole::Sidecar {
+                sidecars += amount(c);
+            } else {
+                peak = peak.max(sidecars + amount(c));
+            }
+        }
+        let steady = sidecars + self.containers.iter().map(&amount).sum::<u64>();
+        peak.max(steady)
+    }
+
+    /// A pod-level limit: [`Pod::pod_total`] when every container has one,
+    /// else none.
+    pub fn pod_limit(&self, limit: impl Fn(&Container) -> Option<u64>) -> Option<u64> {
+        self.all_containers()
+            .all(|c| limit(c).is_some())
+            .then(|| self.pod_total(|c| limit(c).unwrap_or(0)))
+    }
+
     /// Container `i` in [`Pod::all_containers`] order.
     pub fn container(&self, i: usize) -> &Container {
         match i.checked_sub(self.init_containers.len()) {

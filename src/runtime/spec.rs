@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::cgroup;
 use crate::image::manifest::RunConfig;
 use crate::pod::{Container, Pod, QosClass};
 
@@ -120,6 +121,9 @@ pub struct Resources {
     pub cpu: Option<Cpu>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<Memory>,
+    /// cgroup v2 files written as given (cpu.weight by upstream's formula).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub unified: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Serialize, Default, PartialEq, Eq)]
@@ -212,14 +216,6 @@ fn bind(destination: &str, source: &Path, read_only: bool) -> Mount {
     let mut options = vec!["rbind", "rprivate"];
     options.push(if read_only { "ro" } else { "rw" });
     mount(destination, "bind", &source.to_string_lossy(), &options)
-}
-
-/// cpu.shares from a CPU request, upstream's formula (2 without a request).
-pub fn cpu_shares(milli: Option<u64>) -> u64 {
-    match milli {
-        None | Some(0) => 2,
-        Some(m) => (m * 1024 / 1000).clamp(2, 262_144),
-    }
 }
 
 /// oom_score_adj by QoS class, as the upstream kubelet sets it.
@@ -373,6 +369,7 @@ pub struct SpecInput<'a> {
     pub rootfs: &'a Path,
     pub paths: &'a PodPaths,
     pub cgroups_path: String,
+    pub cgroup_version: cgroup::Version,
     pub memory_capacity: u64,
 }
 
@@ -473,16 +470,26 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
     }
 
     let r = &container.resources;
+    let shares = cgroup::cpu_shares(r.cpu_request_milli);
+    let v2 = input.cgroup_version == cgroup::Version::V2;
     let cpu = Cpu {
-        shares: Some(cpu_shares(r.cpu_request_milli)),
-        quota: r.cpu_limit_milli.map(|m| (m as i64 * 100).max(1000)),
-        period: r.cpu_limit_milli.map(|_| 100_000),
+        shares: (!v2).then_some(shares),
+        quota: r.cpu_limit_milli.map(cgroup::cpu_quota),
+        period: r.cpu_limit_milli.map(|_| cgroup::CPU_PERIOD),
     };
+    let mut unified = std::collections::BTreeMap::new();
+    if v2 {
+        unified.insert(
+            "cpu.weight".to_owned(),
+            cgroup::cpu_weight(shares).to_string(),
+        );
+    }
     let resources = Resources {
         cpu: Some(cpu),
         memory: r.memory_limit.map(|l| Memory {
             limit: i64::try_from(l).unwrap_or(i64::MAX),
         }),
+        unified,
     };
 
     Ok(Spec {
@@ -623,14 +630,5 @@ mod tests {
         let explicit = pod("[{name: a, image: x:1, securityContext: {runAsUser: 1000}}]");
         let u = resolve_user(&explicit, &explicit.containers[0], &with_user(""), &dir).unwrap();
         assert_eq!((u.uid, u.gid), (1000, 1001));
-    }
-
-    #[test]
-    fn cpu_formulas() {
-        assert_eq!(cpu_shares(None), 2);
-        assert_eq!(cpu_shares(Some(1)), 2);
-        assert_eq!(cpu_shares(Some(250)), 256);
-        assert_eq!(cpu_shares(Some(1000)), 1024);
-        assert_eq!(cpu_shares(Some(1_000_000)), 262_144);
     }
 }

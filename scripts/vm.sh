@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Runs a command as root in a pure cgroup v2 machine: a qemu VM (software
+# emulation; this host's KVM cannot boot stock kernels) with Debian's kernel,
+# this host's / shared read-only over 9p as its root, tmpfs on /tmp, /run and
+# /var/tmp, cgroup2 with every controller on /sys/fs/cgroup, loopback up.
+# The host's cgroup mounts are never touched. Prints the command's output
+# and exits with its exit code.
+#
+# Usage: scripts/vm.sh [--mem MIB] [--cpus N] [--env NAME=VALUE]... -- CMD [ARG]...
+# CMD runs from the current directory (which must be under / on this host).
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+mem=2048
+cpus=2
+envs=()
+while (($# > 0)); do
+  case $1 in
+    --mem) mem=$2; shift 2 ;;
+    --cpus) cpus=$2; shift 2 ;;
+    --env) envs+=("$2"); shift 2 ;;
+    --) shift; break ;;
+    *) echo "vm.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+(($# > 0)) || { echo "usage: scripts/vm.sh [--mem MIB] [--cpus N] [--env K=V]... -- CMD..." >&2; exit 2; }
+
+kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1 || true)
+[[ -n $kernel ]] || { echo "vm.sh: no kernel in /boot (install linux-image-amd64)" >&2; exit 1; }
+version=${kernel#/boot/vmlinuz-}
+command -v qemu-system-x86_64 >/dev/null || { echo "vm.sh: qemu-system-x86_64 missing" >&2; exit 1; }
+
+# The initramfs is built once per kernel and busybox, under target/.
+cache="$repo/target/vm/$version"
+initrd="$cache/initrd.cpio.gz"
+if [[ ! -s $initrd || /bin/busybox -nt $initrd || $0 -nt $initrd ]]; then
+  rm -rf "$cache/root"
+  mkdir -p "$cache/root"/{bin,dev,proc,sys,mnt/root,mnt/scratch,modules}
+  cp /bin/busybox "$cache/root/bin/busybox"
+  # Modules in dependency order, as modprobe would load them.
+  modules=()
+  for m in virtio_pci 9pnet_virtio 9p overlay; do
+    while read -r _ path _; do
+      [[ " ${modules[*]} " == *" $path "* ]] || modules+=("$path")
+    done < <(modprobe --show-depends -S "$version" "$m" | grep '^insmod')
+  done
+  : >"$cache/root/modules/order"
+  for path in "${modules[@]}"; do
+    cp "$path" "$cache/root/modules/"
+    basename "$path" >>"$cache/root/modules/order"
+  done
+  cat >"$cache/root/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+while read -r m; do insmod "/modules/$m" || echo "vm: insmod $m failed"; done </modules/order
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot /mnt/root
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 scratch /mnt/scratch
+r=/mnt/root
+mount -t proc proc $r/proc
+mount -t sysfs sys $r/sys
+mount -t devtmpfs dev $r/dev
+mount -t devpts -o newinstance,ptmxmode=0666 devpts $r/dev/pts
+mount -t tmpfs tmpfs $r/dev/shm
+mount -t cgroup2 cgroup2 $r/sys/fs/cgroup
+for d in tmp run var/tmp; do mount -t tmpfs -o mode=1777 tmpfs $r/$d; done
+mkdir -p $r/run/vm-scratch && mount --bind /mnt/scratch $r/run/vm-scratch
+# Every controller for the jobs' subtrees, as systemd sets a v2 host up.
+controllers=$(cat $r/sys/fs/cgroup/cgroup.controllers)
+for c in $controllers; do echo "+$c" >$r/sys/fs/cgroup/cgroup.subtree_control; done
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
+chroot $r /bin/sh /run/vm-scratch/job
+echo $? >/mnt/scratch/rc
+sync
+poweroff -f
+INIT
+  chmod +x "$cache/root/init"
+  (cd "$cache/root" && find . | cpio -o -H newc --quiet | gzip -1 >"$initrd.tmp")
+  mv "$initrd.tmp" "$initrd"
+fi
+
+scratch=$(mktemp -d /tmp/nanolet-vm.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+{
+  echo "cd $(printf '%q' "$PWD") || exit 125"
+  echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root NANOLET_IN_VM=1"
+  for e in "${envs[@]}"; do echo "export $(printf '%q' "$e")"; done
+  printf '%q ' "$@"
+  echo
+} >"$scratch/job"
+
+bios=()
+[[ -f /usr/share/qemu/qboot.rom ]] && bios=(-bios /usr/share/qemu/qboot.rom)
+# The console carries the job's output; the kernel stays quiet.
+qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$cpus" -m "$mem" \
+  "${bios[@]}" -nographic -no-reboot -nic none \
+  -kernel "$kernel" -initrd "$initrd" \
+  -append "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init systemd.unified_cgroup_hierarchy=1" \
+  -fsdev local,id=root,path=/,security_model=none,readonly=on,multidevs=remap \
+  -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
+  -fsdev local,id=scratch,path="$scratch",security_model=none,multidevs=remap \
+  -device virtio-9p-pci,fsdev=scratch,mount_tag=scratch </dev/null |
+  tr -d '\r'
+
+[[ -s $scratch/rc ]] || { echo "vm.sh: the VM ended without the job's exit code" >&2; exit 1; }
+exit "$(cat "$scratch/rc")"
