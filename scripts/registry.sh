@@ -40,7 +40,8 @@ die() {
 is_our_registry() {
   local pid=$1 cfg=$2 cmdline
   [[ -r /proc/$pid/cmdline ]] || return 1
-  cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+  # The process may end between the test and the read: no noise then.
+  cmdline="$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null)" || return 1
   [[ $cmdline == *docker-registry*" serve $cfg"* ]]
 }
 

@@ -62,6 +62,11 @@ r=/mnt/root
 mount -t proc proc $r/proc
 mount -t sysfs sys $r/sys
 mount -t devtmpfs dev $r/dev
+mkdir -p $r/dev/pts $r/dev/shm
+ln -sf /proc/self/fd $r/dev/fd
+ln -sf /proc/self/fd/0 $r/dev/stdin
+ln -sf /proc/self/fd/1 $r/dev/stdout
+ln -sf /proc/self/fd/2 $r/dev/stderr
 mount -t devpts -o newinstance,ptmxmode=0666 devpts $r/dev/pts
 mount -t tmpfs tmpfs $r/dev/shm
 mount -t cgroup2 cgroup2 $r/sys/fs/cgroup
@@ -102,7 +107,7 @@ qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$cpus" -m "$mem" \
   -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
   -fsdev local,id=scratch,path="$scratch",security_model=none,multidevs=remap \
   -device virtio-9p-pci,fsdev=scratch,mount_tag=scratch </dev/null |
-  tr -d '\r'
+  tr -d '\r' | grep --line-buffered -v '^\[ *[0-9.]*\] reboot: Power down$' || true
 
 [[ -s $scratch/rc ]] || { echo "vm.sh: the VM ended without the job's exit code" >&2; exit 1; }
 exit "$(cat "$scratch/rc")"

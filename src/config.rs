@@ -467,6 +467,12 @@ impl Config {
             "tls-private-key-file" => self.tls_private_key_file = Some(value.into()),
             "insecure-registry" => self.insecure_registries.push(value.into()),
             "cni-conf-dir" => self.cni_conf_dir = value.into(),
+            "pod-max-pids" => {
+                let limit: i64 = value.parse().map_err(|_| {
+                    ConfigError::Flag(format!("--pod-max-pids: {value:?} is not an integer"))
+                })?;
+                self.pod_pids_limit = (limit > 0).then_some(limit);
+            }
             "cni-bin-dir" => {
                 self.cni_bin_dirs = value
                     .split(',')

@@ -1154,3 +1154,80 @@ spec:
     let row = table.lines().find(|l| l.contains("broken-init")).unwrap();
     assert!(row.contains("Init:Error"), "{table}");
 }
+
+#[test]
+fn hooks_termination_messages_dns_config_and_host_aliases() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    let out = agent.dir.path().join("out");
+    let main = "cat /etc/hosts /etc/resolv.conf; until [ -f /tmp/started ]; do sleep 0.1; done; echo post-start-ran; trap 'exit 0' TERM; while true; do sleep 0.1; done";
+    agent.write_manifest(
+        "hooked.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: hooked}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 10
+  subdomain: sub
+  hostAliases: [{{ip: 10.1.2.3, hostnames: [foo.local, bar.local]}}]
+  dnsPolicy: None
+  dnsConfig:
+    nameservers: [192.0.2.53]
+    searches: [example.test]
+    options: [{{name: ndots, value: '2'}}]
+  volumes: [{{name: out, hostPath: {{path: {out}, type: DirectoryOrCreate}}}}]
+  containers:
+  - name: c
+    image: {image}
+    command: [sh, -c, {main:?}]
+    volumeMounts: [{{name: out, mountPath: /out}}]
+    lifecycle:
+      postStart: {{exec: {{command: [sh, -c, 'echo yes > /tmp/started']}}}}
+      preStop: {{exec: {{command: [sh, -c, 'echo pre-stop-ran > /out/prestop']}}}}
+  - name: msg
+    image: {image}
+    command: [sh, -c, 'echo custom-reason > /dev/termination-log; exit 3']
+  - name: fallback
+    image: {image}
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: [sh, -c, 'echo boom-from-logs; exit 1']
+",
+            out = out.display()
+        ),
+    );
+    agent.wait_for("c running", T, |a| {
+        let c = a.container_status("hooked", "c")?;
+        c["state"]["running"].is_object().then_some(())
+    });
+    let logs = agent.wait_for("postStart to run", T, |a| {
+        let logs = a.logs("default/hooked", Some("c"));
+        logs.contains("post-start-ran").then_some(logs)
+    });
+    assert!(logs.contains("10.1.2.3\tfoo.local\tbar.local"), "{logs}");
+    assert!(logs.contains("# Entries added by HostAliases."), "{logs}");
+    assert!(
+        logs.contains("nameserver 192.0.2.53\nsearch example.test\noptions ndots:2"),
+        "{logs}"
+    );
+    let message = |name: &str| {
+        agent.wait_for(&format!("{name} terminated"), T, |a| {
+            let c = a.container_status("hooked", name)?;
+            let t = c["state"]["terminated"].clone();
+            t.is_object().then_some(t)
+        })
+    };
+    assert_eq!(message("msg")["message"], "custom-reason\n");
+    assert_eq!(message("fallback")["message"], "boom-from-logs");
+
+    agent.remove_manifest("hooked.yaml");
+    agent.wait_for("the pod gone", T, |a| {
+        a.record("hooked").is_none().then_some(())
+    });
+    assert_eq!(
+        fs::read_to_string(out.join("prestop")).unwrap_or_default(),
+        "pre-stop-ran\n"
+    );
+}

@@ -13,7 +13,7 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
 use futures_rustls::rustls;
 use smol::Async;
 
-use crate::pod::probe::{Probe, ProbeAction, ProbeKind, Probes};
+use crate::pod::probe::{Handler, Probe, ProbeAction, ProbeKind, Probes};
 use crate::runtime::runc::Runtime;
 
 /// What a probe found.
@@ -257,6 +257,35 @@ pub async fn run(runtime: &Runtime, probe: &Probe, target: &Target) -> Outcome {
             };
             within(probe.timeout, exchange).await
         }
+    }
+}
+
+/// Runs a lifecycle hook to its end, for at most `limit`.
+pub async fn run_hook(
+    runtime: &Runtime,
+    handler: &Handler,
+    target: &Target,
+    limit: Duration,
+) -> Result<(), String> {
+    let action = match handler {
+        Handler::Sleep(duration) => {
+            smol::Timer::after((*duration).min(limit)).await;
+            return Ok(());
+        }
+        Handler::Action(action) => action.clone(),
+    };
+    let probe = Probe {
+        action,
+        initial_delay: Duration::ZERO,
+        period: limit,
+        timeout: limit,
+        success_threshold: 1,
+        failure_threshold: 1,
+        termination_grace: None,
+    };
+    match run(runtime, &probe, target).await {
+        Outcome::Success => Ok(()),
+        Outcome::Failure(message) => Err(message),
     }
 }
 

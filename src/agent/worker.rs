@@ -89,6 +89,16 @@ pub struct Worker {
     objects_changed: Receiver<()>,
 }
 
+/// The host file behind a container's terminationMessagePath, in its bundle.
+const TERMINATION_LOG: &str = "termination-log";
+
+/// Writable by whatever user the container runs as, as upstream makes it.
+fn create_termination_log(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::File::create(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+}
+
 /// How often volumes fed by the API server are brought up to date (the
 /// upstream kubelet resyncs pods every minute).
 const VOLUME_REFRESH: Duration = Duration::from_secs(60);
@@ -429,7 +439,7 @@ impl Worker {
         let wants_cluster = match self.pod.dns_policy {
             crate::pod::DnsPolicy::ClusterFirst => !self.pod.host_network,
             crate::pod::DnsPolicy::ClusterFirstWithHostNet => true,
-            crate::pod::DnsPolicy::Default => false,
+            crate::pod::DnsPolicy::Default | crate::pod::DnsPolicy::None => false,
         };
         if wants_cluster && config.cluster_dns.is_empty() && config.kubeconfig.is_some() {
             self.event(
@@ -910,6 +920,88 @@ impl Worker {
         starting
     }
 
+    /// Why container `i`'s instance `id` ended, as it wrote it to its
+    /// terminationMessagePath (at most 4 KiB), or with
+    /// FallbackToLogsOnError and a failure, its log's last 80 lines (at most
+    /// 2 KiB), as upstream.
+    fn termination_message(&self, i: usize, id: &str) -> Option<String> {
+        let spec = self.pod.container(i);
+        let file = Bundle::new(&self.dir, id).dir.join(TERMINATION_LOG);
+        let mut written = Vec::new();
+        if let Ok(f) = std::fs::File::open(&file) {
+            use std::io::Read;
+            let _ = f.take(4096).read_to_end(&mut written);
+        }
+        if !written.is_empty() {
+            return Some(String::from_utf8_lossy(&written).into_owned());
+        }
+        let view = &self.containers[i].record.view;
+        let failed = view.terminated.as_ref().is_some_and(|t| t.exit_code != 0);
+        if !(spec.termination_message_from_logs && failed) {
+            return None;
+        }
+        let log = self.log_path(&spec.name, view.restart_count);
+        let tail = crate::monitor::log::tail_messages(&log, 80, 2048);
+        (!tail.is_empty()).then_some(tail)
+    }
+
+    /// Runs postStart; when it fails the container is stopped, as upstream
+    /// does (FailedPostStartHook), and its restart policy applies.
+    async fn post_start(&mut self, i: usize, id: &str, hook: &crate::pod::probe::Handler) {
+        let target = self.probe_target(id.to_owned(), ProbeKind::Liveness);
+        let grace = self.pod.termination_grace.max(Duration::from_secs(1));
+        let Err(message) = prober::run_hook(&self.ctx.runtime, hook, &target, grace).await else {
+            return;
+        };
+        let name = self.pod.container(i).name.clone();
+        log::warn!(
+            "pod {}: {name}: postStart hook failed: {message}",
+            self.pod.full_name()
+        );
+        self.event(
+            Some(&name),
+            EventType::Warning,
+            "FailedPostStartHook",
+            format!("PostStartHook failed: {message}"),
+        );
+        let c = &mut self.containers[i];
+        c.kill_at = Some(Instant::now() + self.pod.termination_grace);
+        let signal = c.record.stop_signal();
+        if let Err(e) = self.ctx.runtime.kill(id, &signal).await {
+            log::warn!("pod {}: {e}", self.pod.full_name());
+        }
+    }
+
+    /// Runs the preStop hooks of `containers` together, each bounded by
+    /// `deadline`; a failure is an event, and stopping goes on.
+    async fn pre_stop(&self, containers: &[(usize, String)], deadline: Instant) {
+        let mut running = Vec::new();
+        for (i, id) in containers {
+            let Some(hook) = self.pod.container(*i).hooks.pre_stop.clone() else {
+                continue;
+            };
+            let target = self.probe_target(id.clone(), ProbeKind::Liveness);
+            let runtime = self.ctx.runtime.clone();
+            let limit = deadline.saturating_duration_since(Instant::now());
+            let task =
+                crate::rt::spawn(
+                    async move { prober::run_hook(&runtime, &hook, &target, limit).await },
+                );
+            running.push((*i, task));
+        }
+        for (i, task) in running {
+            if let Err(message) = task.await {
+                let name = self.pod.container(i).name.clone();
+                self.event(
+                    Some(&name),
+                    EventType::Warning,
+                    "FailedPreStopHook",
+                    format!("PreStopHook failed: {message}"),
+                );
+            }
+        }
+    }
+
     /// Runs the probes that are due, together, and acts on their results;
     /// true if a container became started.
     async fn run_probes(&mut self) -> bool {
@@ -1000,6 +1092,7 @@ impl Worker {
         );
         log::info!("pod {}: {message}", self.pod.full_name());
         self.event(Some(&name), EventType::Normal, "Killing", message);
+        self.pre_stop(&[(i, id.clone())], now + grace).await;
         if let Err(e) = self.ctx.runtime.kill(&id, &signal).await {
             log::warn!("pod {}: {e}", self.pod.full_name());
         }
@@ -1134,9 +1227,12 @@ impl Worker {
         let qos = self.pod.qos;
         // A crash between here and save_containers leaves a bundle no record
         // names; adoption removes such bundles.
+        let termination_log = bundle.dir.join(TERMINATION_LOG);
         let prepared = (|| {
             let rootfs = bundle
                 .mount_rootfs(&image.layers)
+                .map_err(|e| ("CreateContainerError", e.to_string()))?;
+            create_termination_log(&termination_log)
                 .map_err(|e| ("CreateContainerError", e.to_string()))?;
             let paths = self
                 .paths
@@ -1151,6 +1247,7 @@ impl Worker {
                 paths,
                 cgroups_path: self.ctx.cgroups.container_path(qos, &self.pod.uid, &id),
                 cgroup_version: self.ctx.cgroups.version,
+                termination_log: Some(&termination_log),
                 memory_capacity: self.ctx.memory_capacity,
             })
             .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
@@ -1244,6 +1341,9 @@ impl Worker {
                     self.pod.full_name(),
                     spec_container.name
                 );
+                if let Some(hook) = &spec_container.hooks.post_start {
+                    self.post_start(i, &id, hook).await;
+                }
             }
             Err(message) => {
                 // As upstream: a container that fails to start has ended,
@@ -1260,6 +1360,7 @@ impl Worker {
                     started_at: None,
                     finished_at: started_at,
                     container_id: id.clone(),
+                    message: Some(message.clone()),
                 });
                 c.exited_at = Some(Instant::now());
                 if restart_count > 0 {
@@ -1331,6 +1432,7 @@ impl Worker {
             started_at: c.record.view.running_since,
             finished_at: exit.finished_at,
             container_id: exit.id.clone(),
+            message: None,
         });
         c.record.view.running_since = None;
         c.exited_at = Some(Instant::now());
@@ -1378,8 +1480,12 @@ impl Worker {
             .container_path(self.pod.qos, &self.pod.uid, &id);
         let oom = exit.exit_code == 137 && crate::cgroup::oom_killed(&cgroup);
         self.record_exit(i, exit, if oom { "OOM-killed" } else { "" });
-        if oom && let Some(t) = &mut self.containers[i].record.view.terminated {
-            t.reason = "OOMKilled".into();
+        let message = self.termination_message(i, &id);
+        if let Some(t) = &mut self.containers[i].record.view.terminated {
+            if oom {
+                t.reason = "OOMKilled".into();
+            }
+            t.message = message;
         }
         self.save_containers();
         self.write_status();
@@ -1520,6 +1626,7 @@ impl Worker {
         let (sidecars, others): (Vec<_>, Vec<_>) =
             running.iter().cloned().partition(|(i, _)| is_sidecar(*i));
         for (group, sidecars_too) in [(others, false), (sidecars, true)] {
+            self.pre_stop(&group, deadline).await;
             for (i, id) in group.iter().rev() {
                 let name = self.containers[*i].record.view.name.clone();
                 self.event(

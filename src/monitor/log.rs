@@ -175,9 +175,70 @@ pub fn parse_record(line: &str) -> Option<(&str, &str, bool, &str)> {
     Some((time, stream, tag == "P", text))
 }
 
+/// The last `lines` lines of a CRI log's messages (partial records joined),
+/// at most `max_bytes` of them from the end: what FallbackToLogsOnError
+/// reports. Reads only the log's last part.
+pub fn tail_messages(path: &Path, lines: usize, max_bytes: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    // CRI prefixes roughly triple short lines; read generously.
+    let window = (max_bytes * 8).max(64 * 1024) as u64;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(window)));
+    let mut raw = Vec::new();
+    let _ = file.take(window).read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    let mut records = text.lines();
+    if len > window {
+        // The first line is probably cut.
+        records.next();
+    }
+    let mut messages: Vec<String> = Vec::new();
+    let mut joining = false;
+    for line in records {
+        let Some((_, _, partial, message)) = parse_record(line) else {
+            continue;
+        };
+        match (joining, messages.last_mut()) {
+            (true, Some(last)) => last.push_str(message),
+            _ => messages.push(message.to_owned()),
+        }
+        joining = partial;
+    }
+    let start = messages.len().saturating_sub(lines);
+    let mut tail = messages[start..].join("\n");
+    if tail.len() > max_bytes {
+        let mut cut = tail.len() - max_bytes;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail = tail[cut..].to_owned();
+    }
+    tail
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tail_of_messages() {
+        let dir = std::env::temp_dir().join(format!("nanolet-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("0.log");
+        let mut text = String::new();
+        for i in 0..100 {
+            text.push_str(&format!("2024-01-01T00:00:00Z stderr F line {i}\n"));
+        }
+        text.push_str("2024-01-01T00:00:00Z stdout P par\n2024-01-01T00:00:00Z stdout F tial\n");
+        std::fs::write(&path, text).unwrap();
+        let tail = tail_messages(&path, 3, 2048);
+        assert_eq!(tail, "line 98\nline 99\npartial");
+        assert_eq!(tail_messages(&path, 80, 10), "99\npartial");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn splits_lines_and_partials() {

@@ -37,6 +37,17 @@ pub enum DnsPolicy {
     ClusterFirst,
     ClusterFirstWithHostNet,
     Default,
+    /// Only the pod's dnsConfig.
+    None,
+}
+
+/// The pod's `dnsConfig`: merged into what its dnsPolicy gives.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DnsConfig {
+    pub nameservers: Vec<String>,
+    pub searches: Vec<String>,
+    /// `name` or `name:value`, as resolv.conf's options line has them.
+    pub options: Vec<(String, Option<String>)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +79,11 @@ pub struct Pod {
     pub termination_grace: Duration,
     pub host_network: bool,
     pub dns_policy: DnsPolicy,
+    pub dns_config: Option<DnsConfig>,
+    /// `hostAliases`: IP → names, appended to the pod's /etc/hosts.
+    pub host_aliases: Vec<(String, Vec<String>)>,
+    /// With `subdomain`, the pod's FQDN in /etc/hosts.
+    pub subdomain: Option<String>,
     pub host_pid: bool,
     pub host_ipc: bool,
     pub hostname: String,
@@ -104,7 +120,12 @@ pub struct Container {
     pub resources: Resources,
     pub mounts: Vec<VolumeMount>,
     pub probes: probe::Probes,
+    pub hooks: probe::Hooks,
     pub role: ContainerRole,
+    /// Where the container writes why it ended (terminationMessagePath).
+    pub termination_message_path: String,
+    /// terminationMessagePolicy FallbackToLogsOnError.
+    pub termination_message_from_logs: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

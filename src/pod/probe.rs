@@ -1,5 +1,6 @@
-//! Startup, liveness and readiness probes as the Pod spec states them, with
-//! upstream's defaults and validation; `agent::prober` runs them.
+//! Startup, liveness and readiness probes and the postStart/preStop hooks
+//! as the Pod spec states them, with upstream's defaults and validation;
+//! `agent::prober` runs them.
 
 use std::time::Duration;
 
@@ -70,6 +71,65 @@ impl Probes {
             ProbeKind::Liveness => self.liveness.as_ref(),
             ProbeKind::Readiness => self.readiness.as_ref(),
         }
+    }
+}
+
+/// What a lifecycle hook does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handler {
+    /// An exec or httpGet action, as probes have them.
+    Action(ProbeAction),
+    Sleep(Duration),
+}
+
+/// A container's `lifecycle`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hooks {
+    pub post_start: Option<Handler>,
+    pub pre_stop: Option<Handler>,
+}
+
+pub(super) fn convert_hooks(field: &str, c: &core::Container) -> Result<Hooks, PodError> {
+    let Some(lifecycle) = &c.lifecycle else {
+        return Ok(Hooks::default());
+    };
+    let ports = c.ports.as_deref().unwrap_or_default();
+    let one = |name: &str, handler: &Option<core::LifecycleHandler>| {
+        handler
+            .as_ref()
+            .map(|h| convert_handler(&format!("{field}.lifecycle.{name}"), h, ports))
+            .transpose()
+    };
+    Ok(Hooks {
+        post_start: one("postStart", &lifecycle.post_start)?,
+        pre_stop: one("preStop", &lifecycle.pre_stop)?,
+    })
+}
+
+fn convert_handler(
+    field: &str,
+    h: &core::LifecycleHandler,
+    ports: &[core::ContainerPort],
+) -> Result<Handler, PodError> {
+    let as_probe = core::Probe {
+        exec: h.exec.clone(),
+        http_get: h.http_get.clone(),
+        ..Default::default()
+    };
+    match (&h.sleep, h.exec.is_some() || h.http_get.is_some()) {
+        (Some(sleep), false) => {
+            if sleep.seconds < 0 {
+                return Err(invalid(
+                    format!("{field}.sleep.seconds"),
+                    "must be non-negative",
+                ));
+            }
+            Ok(Handler::Sleep(Duration::from_secs(sleep.seconds as u64)))
+        }
+        (None, true) => Ok(Handler::Action(
+            convert(field, &as_probe, ports, ProbeKind::Readiness)?.action,
+        )),
+        _ => Err(invalid(field, "must specify exactly one handler type")),
     }
 }
 

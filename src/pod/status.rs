@@ -19,6 +19,9 @@ pub struct Terminated {
     pub started_at: Option<Timestamp>,
     pub finished_at: Timestamp,
     pub container_id: String,
+    /// From terminationMessagePath (or the log's tail on error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// What the worker knows of one container of the pod.
@@ -58,7 +61,7 @@ fn terminated_state(t: &Terminated, runtime: &str) -> core::ContainerStateTermin
         started_at: t.started_at.map(time),
         finished_at: Some(time(t.finished_at)),
         container_id: Some(format!("{runtime}://{}", t.container_id)),
-        message: None,
+        message: t.message.clone(),
     }
 }
 
@@ -410,6 +413,7 @@ mod tests {
                 started_at: None,
                 finished_at: Timestamp::now(),
                 container_id: "1".into(),
+                message: None,
             }),
             ..Default::default()
         }

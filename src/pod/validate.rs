@@ -136,24 +136,34 @@ const CONTAINER: &[(&str, Shape)] = &[
     ("tty", Leaf),
     // Init containers only: `Always` makes a sidecar.
     ("restartPolicy", Leaf),
+    (
+        "lifecycle",
+        Object(&[("postStart", Object(HANDLER)), ("preStop", Object(HANDLER))]),
+    ),
     ("startupProbe", Object(PROBE)),
     ("livenessProbe", Object(PROBE)),
     ("readinessProbe", Object(PROBE)),
 ];
 
+const HTTP_GET: &[(&str, Shape)] = &[
+    ("path", Leaf),
+    ("port", Leaf),
+    ("host", Leaf),
+    ("scheme", Leaf),
+    ("httpHeaders", ListOf(&[("name", Leaf), ("value", Leaf)])),
+];
+
+/// tcpSocket hooks are deprecated upstream and refused here.
+const HANDLER: &[(&str, Shape)] = &[
+    ("exec", Object(&[("command", Any)])),
+    ("httpGet", Object(HTTP_GET)),
+    ("sleep", Object(&[("seconds", Leaf)])),
+];
+
 /// gRPC probes are not here: they are refused by name.
 const PROBE: &[(&str, Shape)] = &[
     ("exec", Object(&[("command", Any)])),
-    (
-        "httpGet",
-        Object(&[
-            ("path", Leaf),
-            ("port", Leaf),
-            ("host", Leaf),
-            ("scheme", Leaf),
-            ("httpHeaders", ListOf(&[("name", Leaf), ("value", Leaf)])),
-        ]),
-    ),
+    ("httpGet", Object(HTTP_GET)),
     ("tcpSocket", Object(&[("port", Leaf), ("host", Leaf)])),
     ("initialDelaySeconds", Leaf),
     ("timeoutSeconds", Leaf),
@@ -249,6 +259,16 @@ const SPEC: &[(&str, Shape)] = &[
     ("hostname", Leaf),
     ("nodeName", Leaf),
     ("dnsPolicy", Leaf),
+    (
+        "dnsConfig",
+        Object(&[
+            ("nameservers", Any),
+            ("searches", Any),
+            ("options", ListOf(&[("name", Leaf), ("value", Leaf)])),
+        ]),
+    ),
+    ("hostAliases", ListOf(&[("ip", Leaf), ("hostnames", Any)])),
+    ("subdomain", Leaf),
     ("schedulerName", Leaf),
     ("enableServiceLinks", Leaf),
     ("automountServiceAccountToken", Leaf),
@@ -364,6 +384,58 @@ fn dns_label(field: &str, value: &str, max: usize) -> Result<(), PodError> {
     }
 }
 
+/// Upstream's limits: 3 nameservers, 32 search domains.
+fn dns_config(c: &core::PodDNSConfig) -> Result<DnsConfig, PodError> {
+    let nameservers = c.nameservers.clone().unwrap_or_default();
+    if nameservers.len() > 3 {
+        return Err(invalid(
+            "spec.dnsConfig.nameservers",
+            "must not have more than 3 nameservers",
+        ));
+    }
+    for (i, ns) in nameservers.iter().enumerate() {
+        if ns.parse::<std::net::IpAddr>().is_err() {
+            return Err(invalid(
+                format!("spec.dnsConfig.nameservers[{i}]"),
+                "must be a valid IP address",
+            ));
+        }
+    }
+    let searches = c.searches.clone().unwrap_or_default();
+    if searches.len() > 32 {
+        return Err(invalid(
+            "spec.dnsConfig.searches",
+            "must not have more than 32 search paths",
+        ));
+    }
+    for (i, search) in searches.iter().enumerate() {
+        dns_label(
+            &format!("spec.dnsConfig.searches[{i}]"),
+            search.trim_end_matches('.'),
+            253,
+        )?;
+    }
+    let mut options = Vec::new();
+    for (i, option) in c.options.iter().flatten().enumerate() {
+        let name = option
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    format!("spec.dnsConfig.options[{i}].name"),
+                    "Required value",
+                )
+            })?;
+        options.push((name, option.value.clone()));
+    }
+    Ok(DnsConfig {
+        nameservers,
+        searches,
+        options,
+    })
+}
+
 fn id_from(field: &str, value: Option<i64>) -> Result<Option<u32>, PodError> {
     value
         .map(|v| u32::try_from(v).map_err(|_| invalid(field, format!("{v} is not a valid id"))))
@@ -424,7 +496,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         None | Some("ClusterFirst") => DnsPolicy::ClusterFirst,
         Some("ClusterFirstWithHostNet") => DnsPolicy::ClusterFirstWithHostNet,
         Some("Default") => DnsPolicy::Default,
-        Some("None") => return Err(unsupported("spec.dnsPolicy=None")),
+        Some("None") => DnsPolicy::None,
         Some(other) => {
             return Err(invalid(
                 "spec.dnsPolicy",
@@ -432,6 +504,30 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             ));
         }
     };
+    let dns_config = spec.dns_config.as_ref().map(dns_config).transpose()?;
+    if dns_policy == DnsPolicy::None && dns_config.as_ref().is_none_or(|c| c.nameservers.is_empty())
+    {
+        return Err(invalid(
+            "spec.dnsConfig.nameservers",
+            "must have at least one nameserver when `dnsPolicy` is None",
+        ));
+    }
+    let mut host_aliases = Vec::new();
+    for (i, alias) in spec.host_aliases.iter().flatten().enumerate() {
+        let field = format!("spec.hostAliases[{i}]");
+        if alias.ip.parse::<std::net::IpAddr>().is_err() {
+            return Err(invalid(format!("{field}.ip"), "must be a valid IP address"));
+        }
+        let names = alias.hostnames.clone().unwrap_or_default();
+        for (j, name) in names.iter().enumerate() {
+            dns_label(&format!("{field}.hostnames[{j}]"), name, 253)?;
+        }
+        host_aliases.push((alias.ip.clone(), names));
+    }
+    let subdomain = spec.subdomain.clone().filter(|s| !s.is_empty());
+    if let Some(subdomain) = &subdomain {
+        dns_label("spec.subdomain", subdomain, 63)?;
+    }
     let hostname = spec.hostname.clone().unwrap_or_else(|| name.clone());
     // Linux host names are at most 64 bytes; upstream truncates the pod name
     // to 63 characters.
@@ -510,7 +606,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             if container.role == ContainerRole::Init && (container.probes != Default::default()) {
                 return Err(invalid(
                     field.clone(),
-                    "probes may only be set for sidecar (restartPolicy: Always) init containers",
+                    "probes and lifecycle hooks may only be set for sidecar (restartPolicy: Always) init containers",
                 ));
             }
             if init {
@@ -531,6 +627,9 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         termination_grace: Duration::from_secs(grace as u64),
         host_network,
         dns_policy,
+        dns_config,
+        host_aliases,
+        subdomain,
         host_pid: spec.host_pid.unwrap_or(false),
         host_ipc: spec.host_ipc.unwrap_or(false),
         hostname,
@@ -854,13 +953,28 @@ fn convert_container(
     if c.tty == Some(true) {
         return Err(unsupported(format!("{field}.tty=true")));
     }
-    match c.termination_message_policy.as_deref() {
-        None | Some("File") => {}
+    let termination_message_from_logs = match c.termination_message_policy.as_deref() {
+        None | Some("File") => false,
+        Some("FallbackToLogsOnError") => true,
         Some(other) => {
-            return Err(unsupported(format!(
-                "{field}.terminationMessagePolicy={other}"
-            )));
+            return Err(invalid(
+                format!("{field}.terminationMessagePolicy"),
+                format!("unknown value {other:?}"),
+            ));
         }
+    };
+    let termination_message_path = c
+        .termination_message_path
+        .clone()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "/dev/termination-log".into());
+    if !termination_message_path.starts_with('/')
+        || termination_message_path.split('/').any(|p| p == "..")
+    {
+        return Err(invalid(
+            format!("{field}.terminationMessagePath"),
+            "must be an absolute path without '..'",
+        ));
     }
     for (i, port) in c.ports.iter().flatten().enumerate() {
         if !(1..=65535).contains(&port.container_port) {
@@ -993,8 +1107,12 @@ fn convert_container(
         });
     }
     let probes = super::probe::convert_probes(field, c)?;
+    let hooks = super::probe::convert_hooks(field, c)?;
     Ok(Container {
         probes,
+        hooks,
+        termination_message_path,
+        termination_message_from_logs,
         role: ContainerRole::Regular,
         name: c.name.clone(),
         image,

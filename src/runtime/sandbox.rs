@@ -13,7 +13,7 @@ use nix::sched::{CloneFlags, unshare};
 use super::cni::{self, Attachment, Cni, CniError};
 use super::spec::PodPaths;
 use crate::mount::{self, MountError};
-use crate::pod::{DnsPolicy, HostPathKind, Pod, VolumeSource};
+use crate::pod::{DnsConfig, DnsPolicy, HostPathKind, Pod, VolumeSource};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -76,44 +76,99 @@ pub struct ClusterDns {
 /// Upstream's cap on search domains (glibc's since 2.26).
 const MAX_SEARCH: usize = 32;
 
-/// The pod's resolv.conf by its dnsPolicy: the cluster's nameservers with
-/// the `<ns>.svc.<domain> svc.<domain> <domain>` search path (then the
-/// host's) and `ndots:5` for ClusterFirst off the host network and for
-/// ClusterFirstWithHostNet; the host's own file otherwise, and also when no
-/// cluster DNS is configured, as upstream falls back.
+/// The pod's resolv.conf by its dnsPolicy, as upstream builds it: the
+/// cluster's nameservers with the `<ns>.svc.<domain> svc.<domain> <domain>`
+/// search path (then the host's) and `ndots:5` for ClusterFirst off the
+/// host network and for ClusterFirstWithHostNet; the host's file for
+/// Default (and when no cluster DNS is configured, as upstream falls back);
+/// nothing for None. The pod's dnsConfig is then merged in: nameservers and
+/// search domains appended, options replaced by name.
 pub fn resolv_conf_text(pod: &Pod, dns: &ClusterDns, host: &str) -> String {
     let cluster = match pod.dns_policy {
         DnsPolicy::ClusterFirst => !pod.host_network,
         DnsPolicy::ClusterFirstWithHostNet => true,
-        DnsPolicy::Default => false,
-    };
-    if !cluster || dns.servers.is_empty() {
+        DnsPolicy::Default | DnsPolicy::None => false,
+    } && !dns.servers.is_empty();
+    if !cluster && pod.dns_policy != DnsPolicy::None && pod.dns_config.is_none() {
         return host.to_owned();
     }
-    let domain = &dns.domain;
-    let mut search = vec![
-        format!("{}.svc.{domain}", pod.namespace),
-        format!("svc.{domain}"),
-        domain.clone(),
-    ];
-    for line in host.lines() {
-        if let Some(rest) = line.strip_prefix("search") {
-            search.extend(rest.split_whitespace().map(str::to_owned));
+    let host_conf = parse_resolv_conf(host);
+    let mut conf = if pod.dns_policy == DnsPolicy::None {
+        DnsConfig::default()
+    } else if cluster {
+        let domain = &dns.domain;
+        let mut searches = vec![
+            format!("{}.svc.{domain}", pod.namespace),
+            format!("svc.{domain}"),
+            domain.clone(),
+        ];
+        searches.extend(host_conf.searches);
+        DnsConfig {
+            nameservers: dns.servers.iter().map(|s| s.to_string()).collect(),
+            searches,
+            options: vec![("ndots".into(), Some("5".into()))],
+        }
+    } else {
+        host_conf
+    };
+    if let Some(extra) = &pod.dns_config {
+        conf.nameservers.extend(extra.nameservers.iter().cloned());
+        conf.searches.extend(extra.searches.iter().cloned());
+        for (name, value) in &extra.options {
+            match conf.options.iter_mut().find(|(n, _)| n == name) {
+                Some(existing) => existing.1 = value.clone(),
+                None => conf.options.push((name.clone(), value.clone())),
+            }
         }
     }
-    search.dedup();
-    search.truncate(MAX_SEARCH);
+    let mut seen = std::collections::HashSet::new();
+    conf.nameservers.retain(|n| seen.insert(n.clone()));
+    conf.nameservers.truncate(MAX_NAMESERVERS);
+    let mut seen = std::collections::HashSet::new();
+    conf.searches.retain(|n| seen.insert(n.clone()));
+    conf.searches.truncate(MAX_SEARCH);
     let mut text = String::new();
-    for server in &dns.servers {
+    for server in &conf.nameservers {
         text.push_str(&format!("nameserver {server}\n"));
     }
-    text.push_str(&format!("search {}\noptions ndots:5\n", search.join(" ")));
+    if !conf.searches.is_empty() {
+        text.push_str(&format!("search {}\n", conf.searches.join(" ")));
+    }
+    if !conf.options.is_empty() {
+        let options: Vec<String> = conf
+            .options
+            .iter()
+            .map(|(n, v)| match v {
+                Some(v) => format!("{n}:{v}"),
+                None => n.clone(),
+            })
+            .collect();
+        text.push_str(&format!("options {}\n", options.join(" ")));
+    }
     text
 }
 
-/// Sets up the sandbox of `pod` in `pod_dir` and returns the paths its
-/// containers' specs refer to. A pod off the host network is attached to
-/// the CNI network, or, when none is configured, has loopback only.
+/// glibc reads at most three nameservers.
+const MAX_NAMESERVERS: usize = 3;
+
+fn parse_resolv_conf(text: &str) -> DnsConfig {
+    let mut conf = DnsConfig::default();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("nameserver") => conf.nameservers.extend(words.next().map(str::to_owned)),
+            // The last of search/domain wins, as in glibc.
+            Some("search" | "domain") => conf.searches = words.map(str::to_owned).collect(),
+            Some("options") => conf.options.extend(words.map(|o| match o.split_once(':') {
+                Some((n, v)) => (n.to_owned(), Some(v.to_owned())),
+                None => (o.to_owned(), None),
+            })),
+            _ => {}
+        }
+    }
+    conf
+}
+
 pub async fn create(
     pod: &Pod,
     pod_dir: &Path,
@@ -143,7 +198,7 @@ pub async fn create(
     let hosts = etc.join("hosts");
     let resolv_conf = etc.join("resolv.conf");
     let hostname = etc.join("hostname");
-    let (hosts_text, hostname_text) = if pod.host_network {
+    let (mut hosts_text, hostname_text) = if pod.host_network {
         let host_name = nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default();
@@ -152,12 +207,26 @@ pub async fn create(
             host_name,
         )
     } else {
-        let names: Vec<(String, String)> = pod_ips
+        // With a subdomain the pod also has its FQDN, as upstream writes it.
+        let names = match &pod.subdomain {
+            Some(sub) => format!(
+                "{}.{sub}.{}.svc.{}\t{}",
+                pod.hostname, pod.namespace, dns.domain, pod.hostname
+            ),
+            None => pod.hostname.clone(),
+        };
+        let entries: Vec<(String, String)> = pod_ips
             .iter()
-            .map(|ip| (ip.to_string(), pod.hostname.clone()))
+            .map(|ip| (ip.to_string(), names.clone()))
             .collect();
-        (managed_hosts(&names), pod.hostname.clone())
+        (managed_hosts(&entries), pod.hostname.clone())
     };
+    if !pod.host_aliases.is_empty() {
+        hosts_text.push_str("\n# Entries added by HostAliases.\n");
+        for (ip, names) in &pod.host_aliases {
+            hosts_text.push_str(&format!("{ip}\t{}\n", names.join("\t")));
+        }
+    }
     write(&hosts, hosts_text.as_bytes())?;
     write(&hostname, format!("{hostname_text}\n").as_bytes())?;
     let host_resolv = fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
@@ -416,6 +485,26 @@ mod dns_tests {
         assert_eq!(
             resolv_conf_text(&pod("  dnsPolicy: Default\n"), &dns, host),
             host
+        );
+        // None: only the pod's dnsConfig; with other policies it is merged.
+        let none = pod(
+            "  dnsPolicy: None\n  dnsConfig:\n    nameservers: [1.1.1.1]\n    searches: [a.example]\n    options: [{name: ndots, value: '2'}, {name: edns0}]\n",
+        );
+        assert_eq!(
+            resolv_conf_text(&none, &dns, host),
+            "nameserver 1.1.1.1\nsearch a.example\noptions ndots:2 edns0\n"
+        );
+        let merged = pod(
+            "  dnsConfig:\n    nameservers: [10.96.0.10, 1.1.1.1]\n    options: [{name: ndots, value: '1'}]\n",
+        );
+        assert_eq!(
+            resolv_conf_text(&merged, &dns, host),
+            "nameserver 10.96.0.10\nnameserver 1.1.1.1\nsearch shop.svc.cluster.local svc.cluster.local cluster.local lan\noptions ndots:1\n"
+        );
+        let default_merged = pod("  dnsPolicy: Default\n  dnsConfig:\n    searches: [x.example]\n");
+        assert_eq!(
+            resolv_conf_text(&default_merged, &dns, host),
+            "nameserver 192.168.1.1\nsearch lan x.example\n"
         );
         // No cluster DNS configured: the host's, as upstream falls back.
         assert_eq!(

@@ -370,6 +370,8 @@ pub struct SpecInput<'a> {
     pub paths: &'a PodPaths,
     pub cgroups_path: String,
     pub cgroup_version: cgroup::Version,
+    /// The host file behind the container's terminationMessagePath.
+    pub termination_log: Option<&'a Path>,
     pub memory_capacity: u64,
 }
 
@@ -443,6 +445,9 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         if let Some((_, source)) = paths.volumes.iter().find(|(name, _)| *name == m.volume) {
             mounts.push(bind(&m.path, source, m.read_only));
         }
+    }
+    if let Some(log) = input.termination_log {
+        mounts.push(bind(&container.termination_message_path, log, false));
     }
 
     let mut namespaces = vec![Namespace {

@@ -14,6 +14,21 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The OCI runtime the agents of this run use: runc, or crun with
+/// `NANOLET_TEST_RUNTIME=crun` (the cgroup v2 VM runs the suite with both).
+pub fn runtime() -> String {
+    std::env::var("NANOLET_TEST_RUNTIME").unwrap_or_else(|_| "runc".into())
+}
+
+/// How much longer waits may take: the cgroup v2 VM emulates its CPU.
+pub fn time_scale() -> u32 {
+    if std::env::var_os("NANOLET_IN_VM").is_some() {
+        4
+    } else {
+        1
+    }
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -276,6 +291,8 @@ impl Agent {
             .arg(&self.cgroup_root)
             .arg("--insecure-registry")
             .arg(&self.registry)
+            .arg("--runtime")
+            .arg(runtime())
             // The host's CNI configuration is never the test's.
             .arg("--cni-conf-dir")
             .arg(self.dir.path().join("cni"))
@@ -363,7 +380,7 @@ impl Agent {
         timeout: Duration,
         mut check: impl FnMut(&Agent) -> Option<T>,
     ) -> T {
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + timeout * time_scale();
         loop {
             if let Some(v) = check(self) {
                 return v;
@@ -394,7 +411,7 @@ impl Agent {
     }
 
     pub fn runtime_containers(&self) -> Vec<Value> {
-        let out = Command::new("runc")
+        let out = Command::new(runtime())
             .arg("--root")
             .arg(self.state.join("runtime"))
             .args(["list", "--format", "json"])
@@ -484,7 +501,7 @@ impl Agent {
         }
         for c in self.runtime_containers() {
             if let Some(id) = c["id"].as_str() {
-                let _ = Command::new("runc")
+                let _ = Command::new(runtime())
                     .arg("--root")
                     .arg(self.state.join("runtime"))
                     .args(["delete", "--force", id])

@@ -1,0 +1,119 @@
+//! cgroup v2 values as upstream writes them, and crun, on a pure cgroup v2
+//! machine. This host is hybrid, so these tests are ignored here;
+//! `scripts/test-vm.sh` (part of `scripts/test.sh`) runs them in a qemu VM
+//! with both runtimes.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Agent, Registry, pod_yaml};
+
+const T: Duration = Duration::from_secs(120);
+
+fn read(dir: &Path, file: &str) -> String {
+    fs::read_to_string(dir.join(file))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()))
+        .trim()
+        .to_owned()
+}
+
+fn v2_root(agent: &Agent) -> PathBuf {
+    assert!(
+        Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+        "not a cgroup v2 host: run through scripts/test-vm.sh"
+    );
+    Path::new("/sys/fs/cgroup").join(agent.cgroup_root.trim_start_matches('/'))
+}
+
+#[test]
+#[ignore = "needs a pure cgroup v2 host: scripts/test-vm.sh runs it"]
+fn pod_qos_and_container_cgroups_carry_upstream_values() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let agent = Agent::start_with(&registry, &["--pod-max-pids", "100"]);
+    let root = v2_root(&agent);
+    agent.write_manifest(
+        "limited.yaml",
+        &pod_yaml(
+            "limited",
+            "",
+            &format!(
+                "  - name: c
+    image: {image}
+    command: [sleep, '3600']
+    resources:
+      requests: {{cpu: 250m, memory: 64Mi}}
+      limits: {{cpu: 500m, memory: 128Mi}}
+"
+            ),
+        ),
+    );
+    let record = agent.wait_running("limited");
+    let uid = record["uid"].as_str().unwrap();
+    let pod = root.join(format!("kubepods/burstable/pod{uid}"));
+    // 250m → 256 shares → weight 1 + 254·9999/262142 = 10.
+    assert_eq!(read(&pod, "cpu.weight"), "10");
+    assert_eq!(read(&pod, "cpu.max"), "50000 100000");
+    assert_eq!(read(&pod, "memory.max"), (128u64 << 20).to_string());
+    assert_eq!(read(&pod, "pids.max"), "100");
+    let container = fs::read_dir(&pod)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .expect("the container's cgroup");
+    assert_eq!(read(&container, "cpu.weight"), "10");
+    assert_eq!(read(&container, "cpu.max"), "50000 100000");
+    assert_eq!(read(&container, "memory.max"), (128u64 << 20).to_string());
+    let burstable = root.join("kubepods/burstable");
+    assert_eq!(read(&burstable, "cpu.weight"), "10");
+    assert_eq!(read(&root.join("kubepods/besteffort"), "cpu.weight"), "1");
+
+    // A second Burstable pod raises its class's weight; removing it lowers
+    // it again.
+    agent.write_manifest(
+        "second.yaml",
+        &pod_yaml(
+            "second",
+            "  terminationGracePeriodSeconds: 1\n",
+            &format!(
+                "  - name: c\n    image: {image}\n    command: [sleep, '3600']\n    resources:\n      requests: {{cpu: 750m}}\n"
+            ),
+        ),
+    );
+    agent.wait_running("second");
+    // 1000m → 1024 shares → weight 39.
+    agent.wait_for("the Burstable weight raised", T, |_| {
+        (read(&burstable, "cpu.weight") == "39").then_some(())
+    });
+    agent.remove_manifest("second.yaml");
+    agent.wait_for("the Burstable weight lowered", T, |_| {
+        (read(&burstable, "cpu.weight") == "10").then_some(())
+    });
+}
+
+#[test]
+#[ignore = "needs a pure cgroup v2 host: scripts/test-vm.sh runs it"]
+fn pids_max_stops_a_fork_bomb_inside_its_pod() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let agent = Agent::start_with(&registry, &["--pod-max-pids", "20"]);
+    v2_root(&agent);
+    let script = "for i in $(seq 1 40); do sleep 3600 & done; wait";
+    agent.write_manifest(
+        "forks.yaml",
+        &pod_yaml(
+            "forks",
+            "  terminationGracePeriodSeconds: 1\n",
+            &format!("  - name: c\n    image: {image}\n    command: [sh, -c, {script:?}]\n"),
+        ),
+    );
+    agent.wait_running("forks");
+    agent.wait_for("fork failures in the log", T, |a| {
+        let logs = a.logs("default/forks", None);
+        logs.contains("can't fork").then_some(())
+    });
+}
