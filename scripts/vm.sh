@@ -76,10 +76,10 @@ mkdir -p $r/run/vm-scratch && mount --bind /mnt/scratch $r/run/vm-scratch
 controllers=$(cat $r/sys/fs/cgroup/cgroup.controllers)
 for c in $controllers; do echo "+$c" >$r/sys/fs/cgroup/cgroup.subtree_control; done
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
-chroot $r /bin/sh /run/vm-scratch/job
-echo $? >/mnt/scratch/rc
-sync
-poweroff -f
+# switch_root, not chroot: the shared root must be the root of the mount
+# namespace, or runtimes that join a container's namespaces (exec) land in
+# the initramfs.
+exec switch_root $r /bin/bash -c 'bash /run/vm-scratch/job; echo $? >/run/vm-scratch/rc; sync; /bin/busybox poweroff -f'
 INIT
   chmod +x "$cache/root/init"
   (cd "$cache/root" && find . | cpio -o -H newc --quiet | gzip -1 >"$initrd.tmp")

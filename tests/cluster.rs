@@ -99,7 +99,7 @@ fn node_registers_runs_pods_and_deletes_them() {
         info["containerRuntimeVersion"]
             .as_str()
             .unwrap()
-            .starts_with("runc://")
+            .starts_with(&format!("{}://", common::runtime()))
     );
     assert!(info["kubeletVersion"].as_str().unwrap().starts_with("v1."));
     assert!(!info["bootID"].as_str().unwrap().is_empty());
@@ -157,7 +157,7 @@ fn node_registers_runs_pods_and_deletes_them() {
         status["containerStatuses"][0]["containerID"]
             .as_str()
             .unwrap()
-            .starts_with("runc://")
+            .starts_with(&format!("{}://", common::runtime()))
     );
     assert_eq!(status["hostIP"], "127.0.0.1");
     assert!(status["startTime"].is_string());
@@ -574,7 +574,7 @@ spec:
         let pods = agent.records();
         let app = pods.iter().find(|r| r["name"] == "app")?;
         let id = app["status"]["containerStatuses"][0]["containerID"].as_str()?;
-        agent.container_pid(id.trim_start_matches("runc://"))
+        agent.container_pid(id.rsplit("://").next().unwrap())
     });
     std::process::Command::new("kill")
         .args(["-9", &app_pid.to_string()])

@@ -355,7 +355,9 @@ fn kill9_of_the_agent_adopts_running_containers_and_sees_exits() {
     let id = agent.container_status("survivor", "ticker").unwrap()["containerID"]
         .as_str()
         .unwrap()
-        .trim_start_matches("runc://")
+        .rsplit("://")
+        .next()
+        .unwrap()
         .to_owned();
     let pid = agent.container_pid(&id).expect("ticker runs");
 
