@@ -18,6 +18,7 @@ selection=(a_container_over_its_memory_limit_is_oom_killed
   probes_gate_readiness_and_restart_unhealthy_containers
   init_containers_run_in_order
   hooks_termination_messages
+  security_contexts_and_volume_options
   kill9_of_the_agent_adopts_running_containers
   "$@")
 

@@ -52,12 +52,17 @@ pub fn overlay(
 /// Mounts a fresh tmpfs on `target` (which must exist): volumes whose
 /// content must never reach persistent storage (Secrets, tokens).
 pub fn tmpfs(target: &Path) -> Result<(), MountError> {
+    tmpfs_with(target, "mode=0755")
+}
+
+/// A tmpfs with its own options (`mode=`, `size=`).
+pub fn tmpfs_with(target: &Path, options: &str) -> Result<(), MountError> {
     mount(
         Some("tmpfs"),
         target,
         Some("tmpfs"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=0755"),
+        Some(options),
     )
     .map_err(|e| MountError {
         what: "mounting tmpfs on",

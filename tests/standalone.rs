@@ -1233,3 +1233,108 @@ spec:
         "pre-stop-ran\n"
     );
 }
+
+#[test]
+fn security_contexts_and_volume_options() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    let status = "grep -E '^(CapEff|Seccomp):' /proc/self/status";
+    let main = format!(
+        "{status}; cat /proc/sys/net/ipv4/ip_local_port_range; grep ' /cache ' /proc/mounts; ls -ldn /data; id -G; echo hi > /sub/file; sleep 3600"
+    );
+    agent.write_manifest(
+        "secure.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: secure}}
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    fsGroup: 2000
+    sysctls: [{{name: net.ipv4.ip_local_port_range, value: '20000 30000'}}]
+  volumes:
+  - {{name: data, emptyDir: {{}}}}
+  - {{name: cache, emptyDir: {{medium: Memory, sizeLimit: 1Mi}}}}
+  containers:
+  - name: dropped
+    image: {image}
+    command: [sh, -c, {main:?}]
+    securityContext:
+      capabilities: {{drop: [ALL], add: [NET_BIND_SERVICE]}}
+      seccompProfile: {{type: RuntimeDefault}}
+    volumeMounts:
+    - {{name: data, mountPath: /data}}
+    - {{name: data, mountPath: /sub, subPath: nested/dir}}
+    - {{name: cache, mountPath: /cache}}
+  - name: privileged
+    image: {image}
+    command: [sh, -c, \"{status}; ls /dev | wc -l; sleep 3600\"]
+    securityContext: {{privileged: true}}
+"
+        ),
+    );
+    agent.wait_running("secure");
+    let logs = agent.wait_for("the dropped container's report", T, |a| {
+        let logs = a.logs("default/secure", Some("dropped"));
+        logs.contains("2000").then_some(logs)
+    });
+    // Only NET_BIND_SERVICE (bit 10); seccomp in filter mode.
+    assert!(logs.contains("CapEff:\t0000000000000400"), "{logs}");
+    assert!(logs.contains("Seccomp:\t2"), "{logs}");
+    assert!(logs.contains("20000\t30000"), "{logs}");
+    assert!(logs.contains("size=1024k"), "{logs}");
+    // fsGroup: the emptyDir belongs to the group, new files inherit it, and
+    // the container has the group.
+    let data = logs
+        .lines()
+        .find(|l| l.ends_with("/data"))
+        .unwrap_or_default();
+    assert!(
+        data.starts_with("drwxrwsrwx") && data.contains(" 2000 "),
+        "{logs}"
+    );
+    assert!(
+        logs.lines().any(|l| l.split(' ').any(|g| g == "2000")),
+        "{logs}"
+    );
+    let uid = agent.record("secure").unwrap()["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let written = agent
+        .state
+        .join(format!("pods/{uid}/volumes/data/nested/dir/file"));
+    agent.wait_for("the subPath file", T, |_| written.exists().then_some(()));
+
+    let privileged = agent.wait_for("the privileged container's report", T, |a| {
+        let logs = a.logs("default/secure", Some("privileged"));
+        logs.contains("Seccomp").then_some(logs)
+    });
+    let host_caps = fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:").map(|c| c.trim().to_owned()))
+        .unwrap();
+    assert!(
+        privileged.contains(&format!("CapEff:\t{host_caps}")),
+        "{privileged}"
+    );
+    assert!(privileged.contains("Seccomp:\t0"), "{privileged}");
+
+    // Unsafe sysctls are refused by admission, naming the sysctl.
+    agent.write_manifest(
+        "unsafe.yaml",
+        &pod_yaml(
+            "unsafe",
+            "  securityContext:\n    sysctls: [{name: kernel.msgmax, value: '1'}]\n",
+            &format!("  - name: c\n    image: {image}\n"),
+        ),
+    );
+    let table = agent.wait_for("the unsafe sysctl refused", T, |a| {
+        let t = a.cli(&["pods"]);
+        t.contains("kernel.msgmax").then_some(t)
+    });
+    assert!(table.contains("SysctlForbidden"), "{table}");
+}

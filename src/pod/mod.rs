@@ -16,7 +16,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as core;
 use serde::{Deserialize, Serialize};
 
-pub use validate::{PodError, default_pull_policy, validate};
+pub use validate::{CAPABILITIES, PodError, default_pull_policy, validate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RestartPolicy {
@@ -91,6 +91,11 @@ pub struct Pod {
     pub run_as_group: Option<u32>,
     pub run_as_non_root: bool,
     pub supplemental_groups: Vec<u32>,
+    /// Group owner of the pod's writable volumes, and a group of every
+    /// container (securityContext.fsGroup).
+    pub fs_group: Option<u32>,
+    /// Namespaced sysctls of the pod (the safe set upstream allows).
+    pub sysctls: Vec<(String, String)>,
     pub volumes: Vec<Volume>,
     /// Run in order before `containers`; sidecars among them keep running.
     pub init_containers: Vec<Container>,
@@ -117,6 +122,7 @@ pub struct Container {
     pub run_as_non_root: bool,
     pub read_only_root: bool,
     pub no_new_privileges: bool,
+    pub security: Security,
     pub resources: Resources,
     pub mounts: Vec<VolumeMount>,
     pub probes: probe::Probes,
@@ -126,6 +132,19 @@ pub struct Container {
     pub termination_message_path: String,
     /// terminationMessagePolicy FallbackToLogsOnError.
     pub termination_message_from_logs: bool,
+}
+
+/// A container's privileges beyond its user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Security {
+    /// All of the host's capabilities and devices, no masked paths, no
+    /// seccomp.
+    pub privileged: bool,
+    /// Capability names as the API gives them (`NET_ADMIN`, or `ALL`).
+    pub capabilities_add: Vec<String>,
+    pub capabilities_drop: Vec<String>,
+    /// seccompProfile RuntimeDefault (else Unconfined, upstream's default).
+    pub seccomp_default: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,8 +212,12 @@ pub struct Resources {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VolumeSource {
-    /// A directory under the pod's state dir, removed with the pod.
-    EmptyDir,
+    /// A directory under the pod's state dir, removed with the pod; with
+    /// `memory`, a tmpfs of at most `size_limit` bytes.
+    EmptyDir {
+        memory: bool,
+        size_limit: Option<u64>,
+    },
     HostPath {
         path: String,
         kind: HostPathKind,
@@ -262,6 +285,9 @@ pub enum HostPathKind {
     DirectoryOrCreate,
     File,
     FileOrCreate,
+    Socket,
+    CharDevice,
+    BlockDevice,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -275,6 +301,10 @@ pub struct VolumeMount {
     pub volume: String,
     pub path: String,
     pub read_only: bool,
+    /// A path inside the volume to mount instead of its root.
+    pub sub_path: Option<String>,
+    /// rprivate (None), rslave (HostToContainer) or rshared (Bidirectional).
+    pub propagation: &'static str,
 }
 
 impl Pod {

@@ -65,11 +65,18 @@ const METADATA: &[(&str, Shape)] = &[
     ("deletionGracePeriodSeconds", Any),
 ];
 
+/// Localhost seccomp profiles and AppArmor/SELinux options are refused by
+/// name (`type` is checked in the conversion).
+const SECCOMP: &[(&str, Shape)] = &[("type", Leaf)];
+
 const POD_SECURITY: &[(&str, Shape)] = &[
     ("runAsUser", Leaf),
     ("runAsGroup", Leaf),
     ("runAsNonRoot", Leaf),
     ("supplementalGroups", Any),
+    ("fsGroup", Leaf),
+    ("sysctls", ListOf(&[("name", Leaf), ("value", Leaf)])),
+    ("seccompProfile", Object(SECCOMP)),
 ];
 
 const CONTAINER_SECURITY: &[(&str, Shape)] = &[
@@ -79,7 +86,106 @@ const CONTAINER_SECURITY: &[(&str, Shape)] = &[
     ("readOnlyRootFilesystem", Leaf),
     ("privileged", Leaf),
     ("allowPrivilegeEscalation", Leaf),
+    ("capabilities", Object(&[("add", Any), ("drop", Any)])),
+    ("seccompProfile", Object(SECCOMP)),
+    ("procMount", Leaf),
 ];
+
+/// Capabilities by number, as the kernel knows them (6.x).
+pub const CAPABILITIES: [&str; 41] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+];
+
+/// The sysctls upstream allows without allowedUnsafeSysctls: namespaced,
+/// and isolated from other pods.
+const SAFE_SYSCTLS: &[&str] = &[
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+];
+
+/// RuntimeDefault or Unconfined; `None` when not set.
+fn seccomp_default(
+    field: &str,
+    p: Option<&core::SeccompProfile>,
+) -> Result<Option<bool>, PodError> {
+    match p.map(|p| p.type_.as_str()) {
+        None => Ok(None),
+        Some("RuntimeDefault") => Ok(Some(true)),
+        Some("Unconfined") => Ok(Some(false)),
+        Some("Localhost") => Err(unsupported(format!(
+            "{field}.seccompProfile.type=Localhost"
+        ))),
+        Some(other) => Err(invalid(
+            format!("{field}.seccompProfile.type"),
+            format!("unknown value {other:?}"),
+        )),
+    }
+}
+
+fn capability_names(field: &str, names: Option<&Vec<String>>) -> Result<Vec<String>, PodError> {
+    let names = names.cloned().unwrap_or_default();
+    for (i, name) in names.iter().enumerate() {
+        let bare = name.strip_prefix("CAP_").unwrap_or(name);
+        if bare != "ALL" && !CAPABILITIES.contains(&bare) {
+            return Err(invalid(
+                format!("{field}[{i}]"),
+                format!("unknown capability {name:?}"),
+            ));
+        }
+    }
+    Ok(names
+        .iter()
+        .map(|n| n.strip_prefix("CAP_").unwrap_or(n).to_owned())
+        .collect())
+}
 
 const CONTAINER: &[(&str, Shape)] = &[
     ("name", Leaf),
@@ -130,7 +236,13 @@ const CONTAINER: &[(&str, Shape)] = &[
     ("terminationMessagePolicy", Leaf),
     (
         "volumeMounts",
-        ListOf(&[("name", Leaf), ("mountPath", Leaf), ("readOnly", Leaf)]),
+        ListOf(&[
+            ("name", Leaf),
+            ("mountPath", Leaf),
+            ("readOnly", Leaf),
+            ("subPath", Leaf),
+            ("mountPropagation", Leaf),
+        ]),
     ),
     ("stdin", Leaf),
     ("tty", Leaf),
@@ -553,6 +665,37 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         })
         .collect::<Result<Vec<_>, _>>()?;
     let run_as_non_root = security.and_then(|s| s.run_as_non_root).unwrap_or(false);
+    let fs_group = id_from(
+        "spec.securityContext.fsGroup",
+        security.and_then(|s| s.fs_group),
+    )?;
+    let pod_seccomp = seccomp_default(
+        "spec.securityContext",
+        security.and_then(|s| s.seccomp_profile.as_ref()),
+    )?;
+    let mut sysctls = Vec::new();
+    for (i, sysctl) in security
+        .and_then(|s| s.sysctls.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let field = format!("spec.securityContext.sysctls[{i}]");
+        if !SAFE_SYSCTLS.contains(&sysctl.name.as_str()) {
+            // Upstream's admission refuses these unless allowedUnsafeSysctls.
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("{:?} is not a safe sysctl (SysctlForbidden)", sysctl.name),
+            ));
+        }
+        if host_network && sysctl.name.starts_with("net.") {
+            return Err(invalid(
+                format!("{field}.name"),
+                "net.* sysctls are not allowed with hostNetwork",
+            ));
+        }
+        sysctls.push((sysctl.name.clone(), sysctl.value.clone()));
+    }
 
     let volumes = convert_volumes(spec.volumes.as_deref().unwrap_or_default())?;
 
@@ -574,7 +717,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
     for (list, specs) in lists {
         for (i, c) in specs.iter().enumerate() {
             let field = format!("{list}[{i}]");
-            let mut container = convert_container(c, &field, host_network, &volumes)?;
+            let mut container = convert_container(c, &field, host_network, &volumes, pod_seccomp)?;
             let named_before = init_containers.iter().chain(&containers);
             if named_before
                 .into_iter()
@@ -637,6 +780,8 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         run_as_group,
         run_as_non_root,
         supplemental_groups,
+        fs_group,
+        sysctls,
         volumes,
         containers,
         image_pull_secrets,
@@ -671,13 +816,29 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
             ));
         }
         let source = if let Some(empty) = &v.empty_dir {
-            if empty.medium.as_deref().is_some_and(|m| !m.is_empty()) {
-                return Err(unsupported(format!("{field}.emptyDir.medium")));
+            let memory = match empty.medium.as_deref() {
+                None | Some("") => false,
+                Some("Memory") => true,
+                Some(other) => {
+                    return Err(unsupported(format!("{field}.emptyDir.medium={other}")));
+                }
+            };
+            let size_limit = empty
+                .size_limit
+                .as_ref()
+                .map(|q| {
+                    crate::quantity::parse_bytes(&q.0)
+                        .map_err(|e| invalid(format!("{field}.emptyDir.sizeLimit"), e.to_string()))
+                })
+                .transpose()?;
+            if size_limit.is_some() && !memory {
+                // Upstream enforces it on disk by evicting the pod; nanolet
+                // has no eviction yet.
+                return Err(unsupported(format!(
+                    "{field}.emptyDir.sizeLimit without medium: Memory"
+                )));
             }
-            if empty.size_limit.is_some() {
-                return Err(unsupported(format!("{field}.emptyDir.sizeLimit")));
-            }
-            VolumeSource::EmptyDir
+            VolumeSource::EmptyDir { memory, size_limit }
         } else if let Some(host) = &v.host_path {
             if !host.path.starts_with('/') {
                 return Err(invalid(
@@ -691,6 +852,9 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
                 Some("DirectoryOrCreate") => HostPathKind::DirectoryOrCreate,
                 Some("File") => HostPathKind::File,
                 Some("FileOrCreate") => HostPathKind::FileOrCreate,
+                Some("Socket") => HostPathKind::Socket,
+                Some("CharDevice") => HostPathKind::CharDevice,
+                Some("BlockDevice") => HostPathKind::BlockDevice,
                 Some(other) => {
                     return Err(unsupported(format!("{field}.hostPath.type={other}")));
                 }
@@ -928,6 +1092,7 @@ fn convert_container(
     field: &str,
     host_network: bool,
     volumes: &[Volume],
+    pod_seccomp: Option<bool>,
 ) -> Result<Container, PodError> {
     dns_label(&format!("{field}.name"), &c.name, 63)?;
     let image = c
@@ -1045,11 +1210,38 @@ fn convert_container(
         });
     }
     let security = c.security_context.as_ref();
-    if security.and_then(|s| s.privileged) == Some(true) {
-        return Err(unsupported(format!(
-            "{field}.securityContext.privileged=true"
-        )));
+    let sfield = format!("{field}.securityContext");
+    let privileged = security.and_then(|s| s.privileged) == Some(true);
+    if privileged && security.and_then(|s| s.allow_privilege_escalation) == Some(false) {
+        return Err(invalid(
+            sfield.clone(),
+            "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+        ));
     }
+    match security.and_then(|s| s.proc_mount.as_deref()) {
+        None | Some("Default") => {}
+        // Unmasked needs user namespaces (hostUsers: false), which nanolet
+        // does not do.
+        Some(other) => return Err(unsupported(format!("{sfield}.procMount={other}"))),
+    }
+    let capabilities = security.and_then(|s| s.capabilities.as_ref());
+    let container_security = Security {
+        privileged,
+        capabilities_add: capability_names(
+            &format!("{sfield}.capabilities.add"),
+            capabilities.and_then(|c| c.add.as_ref()),
+        )?,
+        capabilities_drop: capability_names(
+            &format!("{sfield}.capabilities.drop"),
+            capabilities.and_then(|c| c.drop.as_ref()),
+        )?,
+        seccomp_default: seccomp_default(
+            &sfield,
+            security.and_then(|s| s.seccomp_profile.as_ref()),
+        )?
+        .or(pod_seccomp)
+        .unwrap_or(false),
+    };
     let resources = c.resources.as_ref();
     let rfield = format!("{field}.resources");
     let requests = resources.and_then(|r| r.requests.as_ref());
@@ -1100,10 +1292,38 @@ fn convert_container(
                 "must be absolute and without '..'",
             ));
         }
+        let sub_path = m.sub_path.clone().filter(|p| !p.is_empty());
+        if let Some(sub) = &sub_path
+            && (sub.starts_with('/') || sub.split('/').any(|p| p == ".."))
+        {
+            return Err(invalid(
+                format!("{mfield}.subPath"),
+                "must be a relative path without '..'",
+            ));
+        }
+        let propagation = match m.mount_propagation.as_deref() {
+            None | Some("None") => "rprivate",
+            Some("HostToContainer") => "rslave",
+            Some("Bidirectional") if privileged => "rshared",
+            Some("Bidirectional") => {
+                return Err(invalid(
+                    format!("{mfield}.mountPropagation"),
+                    "Bidirectional mount propagation is available only to privileged containers",
+                ));
+            }
+            Some(other) => {
+                return Err(invalid(
+                    format!("{mfield}.mountPropagation"),
+                    format!("unknown value {other:?}"),
+                ));
+            }
+        };
         mounts.push(VolumeMount {
             volume: m.name.clone(),
             path: m.mount_path.clone(),
             read_only: m.read_only.unwrap_or(false),
+            sub_path,
+            propagation,
         });
     }
     let probes = super::probe::convert_probes(field, c)?;
@@ -1135,6 +1355,7 @@ fn convert_container(
             .and_then(|s| s.read_only_root_filesystem)
             .unwrap_or(false),
         no_new_privileges: security.and_then(|s| s.allow_privilege_escalation) == Some(false),
+        security: container_security,
         resources: Resources {
             cpu_request_milli: cpu_request,
             cpu_limit_milli: cpu_limit,
@@ -1312,7 +1533,22 @@ mod tests {
                 .extend(extra.as_object().unwrap().clone());
             validate(&pod(json!({"containers": [c]})), "f", "u")
         };
-        assert!(c(json!({"securityContext": {"privileged": true}})).is_err());
+        assert!(c(json!({"securityContext": {"procMount": "Unmasked"}})).is_err());
+        assert!(
+            c(json!({"securityContext": {"privileged": true, "allowPrivilegeEscalation": false}}))
+                .is_err()
+        );
+        assert!(c(json!({"securityContext": {"capabilities": {"add": ["NOT_A_CAP"]}}})).is_err());
+        assert!(c(json!({"securityContext": {"seccompProfile": {"type": "Localhost"}}})).is_err());
+        let with_volume = |mount: Value| {
+            let spec = json!({"volumes": [{"name": "x", "emptyDir": {}}],
+                "containers": [{"name": "c", "image": "b:1", "volumeMounts": [mount]}]});
+            validate(&pod(spec), "f", "u")
+        };
+        assert!(with_volume(json!({"name": "x", "mountPath": "/x", "subPath": "a/b"})).is_ok());
+        let err =
+            with_volume(json!({"name": "x", "mountPath": "/x", "subPath": "../up"})).unwrap_err();
+        assert!(err.to_string().contains("subPath"), "{err}");
         assert!(c(json!({"tty": true})).is_err());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 8080}]})).is_ok());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 70000}]})).is_err());

@@ -238,9 +238,20 @@ pub async fn create(
     let mut volumes = Vec::new();
     for volume in &pod.volumes {
         let path = match &volume.source {
-            VolumeSource::EmptyDir => {
+            VolumeSource::EmptyDir { memory, size_limit } => {
                 let dir = pod_dir.join("volumes").join(&volume.name);
                 fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+                if *memory && !mount::is_mounted(&dir) {
+                    // Sized as upstream: the sizeLimit, else the pod's
+                    // memory limit, else tmpfs's default (half the RAM).
+                    let size = size_limit.or(pod.pod_limit(|c| c.resources.memory_limit));
+                    let options = match size {
+                        Some(bytes) => format!("mode=0777,size={bytes}"),
+                        None => "mode=0777".to_owned(),
+                    };
+                    mount::tmpfs_with(&dir, &options)?;
+                }
+                share_volume_dir(&dir, pod.fs_group)?;
                 dir
             }
             VolumeSource::HostPath { path, kind } => {
@@ -320,6 +331,18 @@ fn managed_hosts(pod_ips: &[(String, String)]) -> String {
     text
 }
 
+/// emptyDir is writable by every user of the pod (0777, as upstream); with
+/// fsGroup it belongs to that group, which new files inherit (setgid).
+fn share_volume_dir(dir: &Path, fs_group: Option<u32>) -> Result<(), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut mode = 0o777;
+    if let Some(gid) = fs_group {
+        std::os::unix::fs::chown(dir, None, Some(gid)).map_err(io_at(dir))?;
+        mode |= 0o2000;
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(io_at(dir))
+}
+
 fn check_host_path(volume: &str, path: &str, kind: HostPathKind) -> Result<(), SandboxError> {
     let err = |reason: &str| SandboxError::HostPath {
         volume: volume.to_owned(),
@@ -327,8 +350,16 @@ fn check_host_path(volume: &str, path: &str, kind: HostPathKind) -> Result<(), S
         reason: reason.to_owned(),
     };
     let meta = fs::metadata(path);
+    use std::os::unix::fs::FileTypeExt;
+    let is = |check: fn(&fs::FileType) -> bool, what: &str| match &meta {
+        Ok(m) if check(&m.file_type()) => Ok(()),
+        _ => Err(err(what)),
+    };
     match kind {
         HostPathKind::Unchecked => Ok(()),
+        HostPathKind::Socket => is(fs::FileType::is_socket, "is not a socket"),
+        HostPathKind::CharDevice => is(fs::FileType::is_char_device, "is not a character device"),
+        HostPathKind::BlockDevice => is(fs::FileType::is_block_device, "is not a block device"),
         HostPathKind::Directory => match meta {
             Ok(m) if m.is_dir() => Ok(()),
             _ => Err(err("is not a directory")),

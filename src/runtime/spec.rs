@@ -24,6 +24,8 @@ pub enum SpecError {
     UnknownUser(String),
     #[error("group {0:?} not found in the image's /etc/group")]
     UnknownGroup(String),
+    #[error("subPath {sub_path:?}: {reason}")]
+    SubPath { sub_path: String, reason: String },
     #[error("runAsNonRoot is set but the container would run as root (uid 0)")]
     RunsAsRoot,
     #[error(
@@ -69,9 +71,9 @@ pub struct User {
 
 #[derive(Debug, Serialize)]
 pub struct Capabilities {
-    pub bounding: Vec<&'static str>,
-    pub effective: Vec<&'static str>,
-    pub permitted: Vec<&'static str>,
+    pub bounding: Vec<String>,
+    pub effective: Vec<String>,
+    pub permitted: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -105,6 +107,10 @@ pub struct Linux {
     pub cgroups_path: String,
     pub masked_paths: Vec<&'static str>,
     pub readonly_paths: Vec<&'static str>,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sysctl: std::collections::BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seccomp: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -121,6 +127,9 @@ pub struct Resources {
     pub cpu: Option<Cpu>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<Memory>,
+    /// Privileged containers may use every device.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<serde_json::Value>,
     /// cgroup v2 files written as given (cpu.weight by upstream's formula).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub unified: std::collections::BTreeMap<String, String>,
@@ -158,6 +167,146 @@ const DEFAULT_CAPS: &[&str] = &[
     "CAP_KILL",
     "CAP_AUDIT_WRITE",
 ];
+
+/// The host path of a volume's `subPath`, created as a directory if
+/// missing, as upstream does. Symlinks are resolved and must stay inside
+/// the volume: a container must not reach the host through a link it
+/// planted in its volume.
+fn sub_path(root: &Path, sub: &str) -> Result<PathBuf, SpecError> {
+    let fail = |reason: String| SpecError::SubPath {
+        sub_path: sub.to_owned(),
+        reason,
+    };
+    let root = root.canonicalize().map_err(|e| fail(e.to_string()))?;
+    let wanted = root.join(sub);
+    if std::fs::symlink_metadata(&wanted).is_err() {
+        std::fs::create_dir_all(&wanted).map_err(|e| fail(e.to_string()))?;
+    }
+    let resolved = wanted.canonicalize().map_err(|e| fail(e.to_string()))?;
+    if !resolved.starts_with(&root) {
+        return Err(fail("resolves outside its volume".into()));
+    }
+    Ok(resolved)
+}
+
+/// The container's capabilities, as containerd computes them from the
+/// defaults: `ALL` in add, then `ALL` in drop, then the named ones added and
+/// dropped. Privileged containers get all the host has. Only capabilities
+/// the agent itself holds can be given.
+fn capabilities(security: &crate::pod::Security) -> Vec<String> {
+    let host = host_capabilities();
+    let full = |name: &str| format!("CAP_{name}");
+    let mut caps: Vec<String> =
+        if security.privileged || security.capabilities_add.iter().any(|c| c == "ALL") {
+            host.clone()
+        } else {
+            DEFAULT_CAPS.iter().map(|c| c.to_string()).collect()
+        };
+    if security.privileged {
+        return caps;
+    }
+    if security.capabilities_drop.iter().any(|c| c == "ALL") {
+        caps.clear();
+    }
+    for name in security.capabilities_add.iter().filter(|c| *c != "ALL") {
+        let cap = full(name);
+        if !caps.contains(&cap) {
+            caps.push(cap);
+        }
+    }
+    caps.retain(|c| !security.capabilities_drop.iter().any(|d| full(d) == *c));
+    caps
+}
+
+/// The bounding set of this process, as capability names.
+fn host_capabilities() -> Vec<String> {
+    let mask = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapBnd:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    crate::pod::CAPABILITIES
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| mask & (1 << bit) != 0)
+        .map(|(_, name)| format!("CAP_{name}"))
+        .collect()
+}
+
+/// seccomp RuntimeDefault: everything allowed but what container runtimes'
+/// default profiles refuse (kernel modules, keyrings, clocks, reboot,
+/// mounts and namespaces, tracing other processes, BPF and perf, ...),
+/// which fail with EPERM.
+fn seccomp_profile() -> serde_json::Value {
+    const REFUSED: &[&str] = &[
+        "acct",
+        "add_key",
+        "bpf",
+        "clock_adjtime",
+        "clock_settime",
+        "create_module",
+        "delete_module",
+        "finit_module",
+        "fsconfig",
+        "fsmount",
+        "fsopen",
+        "fspick",
+        "get_kernel_syms",
+        "get_mempolicy",
+        "init_module",
+        "ioperm",
+        "iopl",
+        "kcmp",
+        "kexec_file_load",
+        "kexec_load",
+        "keyctl",
+        "lookup_dcookie",
+        "mbind",
+        "mount",
+        "mount_setattr",
+        "move_mount",
+        "move_pages",
+        "name_to_handle_at",
+        "nfsservctl",
+        "open_by_handle_at",
+        "open_tree",
+        "perf_event_open",
+        "pivot_root",
+        "process_vm_readv",
+        "process_vm_writev",
+        "ptrace",
+        "query_module",
+        "quotactl",
+        "quotactl_fd",
+        "reboot",
+        "request_key",
+        "set_mempolicy",
+        "setns",
+        "settimeofday",
+        "stime",
+        "swapoff",
+        "swapon",
+        "sysfs",
+        "_sysctl",
+        "umount",
+        "umount2",
+        "unshare",
+        "uselib",
+        "userfaultfd",
+        "ustat",
+        "vm86",
+        "vm86old",
+    ];
+    serde_json::json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32",
+                          "SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"],
+        "syscalls": [{"names": REFUSED, "action": "SCMP_ACT_ERRNO", "errnoRet": 1}],
+    })
+}
 
 const MASKED_PATHS: &[&str] = &[
     "/proc/acpi",
@@ -294,10 +443,12 @@ pub fn resolve_user(
             _ => passwd_gid.unwrap_or(0),
         },
     };
+    let mut additional_gids = pod.supplemental_groups.clone();
+    additional_gids.extend(pod.fs_group);
     Ok(User {
         uid,
         gid,
-        additional_gids: pod.supplemental_groups.clone(),
+        additional_gids,
     })
 }
 
@@ -392,6 +543,7 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         .or_else(|| image.working_dir.clone().filter(|w| !w.is_empty()))
         .unwrap_or_else(|| "/".into());
 
+    let privileged = container.security.privileged;
     let mut mounts = vec![
         mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
         mount(
@@ -441,9 +593,34 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         bind("/etc/resolv.conf", &paths.resolv_conf, false),
         bind("/etc/hostname", &paths.hostname, false),
     ];
+    if privileged {
+        // The host's devices, and /sys and cgroups writable, as containerd
+        // gives privileged containers.
+        mounts.retain(|m| !matches!(m.destination.as_str(), "/dev" | "/sys" | "/sys/fs/cgroup"));
+        mounts.insert(0, bind("/dev", Path::new("/dev"), false));
+        mounts.push(mount(
+            "/sys",
+            "sysfs",
+            "sysfs",
+            &["nosuid", "noexec", "nodev", "rw"],
+        ));
+        mounts.push(mount(
+            "/sys/fs/cgroup",
+            "cgroup",
+            "cgroup",
+            &["nosuid", "noexec", "nodev", "relatime", "rw"],
+        ));
+    }
     for m in &container.mounts {
-        if let Some((_, source)) = paths.volumes.iter().find(|(name, _)| *name == m.volume) {
-            mounts.push(bind(&m.path, source, m.read_only));
+        if let Some((_, root)) = paths.volumes.iter().find(|(name, _)| *name == m.volume) {
+            let source = match &m.sub_path {
+                Some(sub) => sub_path(root, sub)?,
+                None => root.clone(),
+            };
+            let mut volume = bind(&m.path, &source, m.read_only);
+            volume.options.retain(|o| o != "rprivate");
+            volume.options.push(m.propagation.to_owned());
+            mounts.push(volume);
         }
     }
     if let Some(log) = input.termination_log {
@@ -495,7 +672,15 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             limit: i64::try_from(l).unwrap_or(i64::MAX),
         }),
         unified,
+        devices: if container.security.privileged {
+            vec![serde_json::json!({"allow": true, "access": "rwm"})]
+        } else {
+            Vec::new()
+        },
     };
+    let caps = capabilities(&container.security);
+    let privileged = container.security.privileged;
+    let seccomp = (container.security.seccomp_default && !privileged).then(seccomp_profile);
 
     Ok(Spec {
         oci_version: "1.0.2",
@@ -506,9 +691,9 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             env: environment(pod, input.env, image),
             cwd,
             capabilities: Capabilities {
-                bounding: DEFAULT_CAPS.to_vec(),
-                effective: DEFAULT_CAPS.to_vec(),
-                permitted: DEFAULT_CAPS.to_vec(),
+                bounding: caps.clone(),
+                effective: caps.clone(),
+                permitted: caps,
             },
             rlimits: vec![Rlimit {
                 kind: "RLIMIT_NOFILE",
@@ -528,8 +713,18 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             namespaces,
             resources,
             cgroups_path: input.cgroups_path.clone(),
-            masked_paths: MASKED_PATHS.to_vec(),
-            readonly_paths: READONLY_PATHS.to_vec(),
+            masked_paths: if privileged {
+                Vec::new()
+            } else {
+                MASKED_PATHS.to_vec()
+            },
+            readonly_paths: if privileged {
+                Vec::new()
+            } else {
+                READONLY_PATHS.to_vec()
+            },
+            sysctl: pod.sysctls.iter().cloned().collect(),
+            seccomp,
         },
     })
 }
