@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# Pod start latency and agent memory, nanolet next to bare runc in one run.
+# Pod start latency and memory: nanolet next to `podman kube play` of the
+# same pod (same OCI runtime, image present, no network for either) and to
+# bare `runc run -d`, in one run.
 #
-# - nanolet: median time from a manifest written (image present) to all its
-#   containers running, over 20 one-container pods started one at a time;
-#   "running" is read from the pod's status file, polled every 2 ms.
-# - peer: median time of `runc run -d` of the same image's rootfs with the
-#   same command, over 20 containers.
-# - the agent's RSS idle (no pods) and with 10 pods (agent only; the pods'
-#   monitors are reported separately).
+# - nanolet: time from a manifest written to all its containers running
+#   (read from the pod's status file, polled every 2 ms), PODS one-container
+#   pods started one after the other and left running; median and p95.
+# - podman: `podman kube play --network none` of the same pod, which
+#   returns once its containers run; PODS pods, left running; median, p95.
+# - runc: `runc run -d` of the same image's rootfs, 20 containers.
+# - memory: the agent plus its pod monitors at 10 and 30 pods, against
+#   podman's conmon processes (podman has no daemon) at the same counts, as
+#   PSS (shared pages of the one binary count once; RSS printed beside).
+# Each runtime this host can run is measured: runc here; crun only on a pure
+# cgroup v2 host (it refuses hybrid ones like these development machines).
 #
-# Ends with:
-#   BENCH pod-start-vs-runc <ratio>      (nanolet median / runc median)
-#   BENCH rss-idle <KiB> KiB
-#   BENCH rss-10-pods <KiB> KiB
-# Usage: scripts/bench/pod-start.sh [PODS]      (default 20)
+# Ends with (R is crun where available, else runc):
+#   BENCH pod-start-vs-podman <ratio>    (nanolet median / podman median, runtime R)
+#   BENCH memory-30-pods <KiB> KiB       (agent + monitors, 30 pods, PSS)
+#   BENCH pod-start-vs-runc <ratio>      (nanolet median / bare runc median)
+#   BENCH rss-idle <KiB> KiB             (agent, no pods)
+# Usage: scripts/bench/pod-start.sh [PODS]      (default 30, at least 30)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/bench/lib.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-pods=${1:-20}
+pods=${1:-30}
+((pods >= 30)) || { echo "pod-start.sh: at least 30 pods (memory at 30)" >&2; exit 2; }
 
 [[ $(id -u) == 0 ]] || { echo "pod-start.sh: run as root" >&2; exit 1; }
 scripts/install-deps.sh
@@ -53,7 +61,7 @@ spec["process"]["rlimits"] = [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 10
 json.dump(spec, open(path, "w"))
 EOF
 runc_times=()
-for i in $(seq 1 "$pods"); do
+for i in $(seq 1 20); do
   start=$(date +%s%N)
   runc --root "$work/runc" run -d --bundle "$work/bundle" "bench-$i" </dev/null >/dev/null 2>&1
   end=$(date +%s%N)
@@ -61,94 +69,49 @@ for i in $(seq 1 "$pods"); do
   runc --root "$work/runc" delete --force "bench-$i" >/dev/null
 done
 
-# --- nanolet ------------------------------------------------------------------
-mkdir -p "$work/manifests"
-"$nanolet" run --state-dir "$work/state" --static-pod-path "$work/manifests" \
-  --pod-logs-dir "$work/logs" --cgroup-root "$cgroup_root" \
-  --insecure-registry "$registry" >"$work/agent.log" 2>&1 &
-agent=$!
+# --- podman, with its own storage under the work dir --------------------------
+# Podman 4.3's defaults ask for more nofile/nproc than this sandbox's hard
+# limits allow. It has no daemon; its pods go with the work dir.
+printf '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n' >"$work/containers.conf"
+export CONTAINERS_CONF="$work/containers.conf"
+podman_args=(--root "$work/podman/root" --runroot "$work/podman/run" --tmpdir "$work/podman/tmp")
+podman_cleanup() {
+  podman "${podman_args[@]}" pod rm -a -f -t 0 >/dev/null 2>&1
+  podman "${podman_args[@]}" rmi -a -f >/dev/null 2>&1
+  # Its parent cgroups stay behind; only empty ones go.
+  find /sys/fs/cgroup/*/libpod_parent /sys/fs/cgroup/libpod_parent -depth -type d \
+    -exec rmdir {} + 2>/dev/null || true
+}
+cleanup() {
+  set +e
+  [[ -n $agent ]] && kill -9 "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
+  podman_cleanup
+  bench_cleanup "$work" "$cgroup_root" "$work/state/runtime" "$work/runc"
+}
 
-python3 - "$work" "$image" "$agent" "$pods" "${runc_times[@]}" <<'EOF'
-import glob, json, os, statistics, sys, time
+# crun refuses hybrid cgroup hosts such as these development machines.
+runtimes=(runc)
+if [[ -f /sys/fs/cgroup/cgroup.controllers ]] && command -v crun >/dev/null; then
+  runtimes=(crun runc)
+fi
 
-work, image, agent, pods = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-runc_us = [int(x) for x in sys.argv[5:]]
-manifests = os.path.join(work, "manifests")
+for runtime in "${runtimes[@]}"; do
+  rm -rf "$work/state" "$work/logs" "$work/manifests"
+  mkdir -p "$work/manifests" "$work/no-cni"
+  # No CNI network: podman runs with --network none, the same for both.
+  "$nanolet" run --state-dir "$work/state" --static-pod-path "$work/manifests" \
+    --pod-logs-dir "$work/logs" --cgroup-root "$cgroup_root" --runtime "$runtime" \
+    --cni-conf-dir "$work/no-cni" --insecure-registry "$registry" \
+    >"$work/agent-$runtime.log" 2>&1 &
+  agent=$!
+  python3 scripts/bench/pod-start-driver.py "$work" "$image" "$agent" "$pods" "$runtime" \
+    "${podman_args[@]}" >>"$work/results.jsonl"
+  kill "$agent" 2>/dev/null
+  wait "$agent" 2>/dev/null || true
+  agent=""
+  # The agent leaves its pods running when it stops: remove them.
+  bench_cleanup_pods "$work" "$work/state/runtime"
+  podman_cleanup
+done
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-def monitors_kib():
-    total = 0
-    for path in glob.glob(os.path.join(work, "state/pods/*/monitor.pid")):
-        try:
-            total += rss_kib(int(open(path).read()))
-        except (OSError, ValueError):
-            pass
-    return total
-
-def running(name):
-    for path in glob.glob(os.path.join(work, "state/pods/*/status.json")):
-        try:
-            record = json.load(open(path))
-        except (OSError, ValueError):
-            continue
-        if record.get("name") != name:
-            continue
-        statuses = record["status"].get("containerStatuses") or []
-        return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
-    return False
-
-def write_pod(name):
-    text = (f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n"
-            f"  terminationGracePeriodSeconds: 0\n"
-            f"  containers:\n  - name: c\n    image: {image}\n    command: [sleep, '3600']\n")
-    tmp = os.path.join(manifests, f".{name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.rename(tmp, os.path.join(manifests, f"{name}.yaml"))
-
-def wait_until(check, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            sys.exit(f"timed out; see {work}/agent.log")
-        time.sleep(0.002)
-
-# Warm-up: pulls the image, so that every measured pod has it present.
-write_pod("warmup")
-wait_until(lambda: running("warmup"))
-os.remove(os.path.join(manifests, "warmup.yaml"))
-wait_until(lambda: not glob.glob(os.path.join(work, "state/pods/*")))
-time.sleep(2)
-rss_idle = rss_kib(agent)
-
-nanolet_us = []
-rss_10 = monitors_10 = 0
-for i in range(pods):
-    name = f"bench-{i}"
-    start = time.monotonic()
-    write_pod(name)
-    wait_until(lambda: running(name))
-    nanolet_us.append(int((time.monotonic() - start) * 1e6))
-    if i == 9:
-        time.sleep(2)
-        rss_10, monitors_10 = rss_kib(agent), monitors_kib()
-
-n_med = statistics.median(nanolet_us) / 1000
-r_med = statistics.median(runc_us) / 1000
-print(f"pods: {pods}")
-print(f"nanolet pod start (manifest -> running): median {n_med:.1f} ms, "
-      f"min {min(nanolet_us)/1000:.1f} ms, max {max(nanolet_us)/1000:.1f} ms")
-print(f"runc run -d of the same rootfs:         median {r_med:.1f} ms, "
-      f"min {min(runc_us)/1000:.1f} ms, max {max(runc_us)/1000:.1f} ms")
-print(f"agent RSS idle: {rss_idle} KiB; with 10 pods: {rss_10} KiB "
-      f"(+ {monitors_10} KiB in 10 pod monitors)")
-print(f"BENCH pod-start-vs-runc {n_med / r_med:.2f}")
-print(f"BENCH rss-idle {rss_idle} KiB")
-print(f"BENCH rss-10-pods {rss_10} KiB")
-EOF
+python3 scripts/bench/pod-start-driver.py --report "$work/results.jsonl" "${runc_times[@]}"
