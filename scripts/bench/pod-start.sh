@@ -30,6 +30,12 @@ pods=${1:-30}
 
 [[ $(id -u) == 0 ]] || { echo "pod-start.sh: run as root" >&2; exit 1; }
 scripts/install-deps.sh
+# The peer, which the suite itself does not need. (Debian's podman also
+# drops a CNI config into /etc/cni/net.d; nanolet runs here without one.)
+if ! command -v podman >/dev/null || ! command -v catatonit >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    podman catatonit >/dev/null
+fi
 cargo build --release --locked --bin nanolet >&2
 nanolet="$PWD/target/release/nanolet"
 
