@@ -14,6 +14,7 @@ Usage:
   nanolet run [--config FILE] [flags]   run the agent in the foreground
   nanolet pods [--state-dir DIR]        list pods, like `kubectl get pods -A`
   nanolet logs [-f] [--tail N] [--previous] [--timestamps] [--state-dir DIR] NS/POD [CONTAINER]
+  nanolet check [--config FILE] [flags]  what this node offers: runtime, cgroups, overlayfs, CNI
   nanolet version
 
 Flags of `run` (override the config file):
@@ -52,6 +53,7 @@ fn main() -> ExitCode {
     let parser = lexopt::Parser::from_args(args);
     let result = match command.to_string_lossy().as_ref() {
         "run" => cmd_run(parser),
+        "check" => cmd_check(parser),
         "pods" => cmd_pods(parser),
         "logs" => cmd_logs(parser),
         "monitor" => cmd_monitor(parser),
@@ -100,7 +102,25 @@ fn init_logging(verbose: bool) {
         .init();
 }
 
-fn cmd_run(mut parser: lexopt::Parser) -> anyhow::Result<()> {
+/// `nanolet check`: the node as `run` with the same config would find it;
+/// exits 1 when pods could not run.
+fn cmd_check(parser: lexopt::Parser) -> anyhow::Result<()> {
+    let (config, _) = parse_run_flags(parser)?;
+    if !cli::check::run(&config, &mut std::io::stdout().lock())? {
+        bail!("this node cannot run pods as configured");
+    }
+    Ok(())
+}
+
+fn cmd_run(parser: lexopt::Parser) -> anyhow::Result<()> {
+    let (config, verbose) = parse_run_flags(parser)?;
+    init_logging(verbose);
+    rt::block_on(agent::run(config)).context("agent")?;
+    Ok(())
+}
+
+/// The configuration `run` uses: the file, then the flags over it.
+fn parse_run_flags(mut parser: lexopt::Parser) -> anyhow::Result<(config::Config, bool)> {
     let mut config_file: Option<PathBuf> = None;
     let mut flags: Vec<(String, String)> = Vec::new();
     let mut verbose = false;
@@ -125,9 +145,7 @@ fn cmd_run(mut parser: lexopt::Parser) -> anyhow::Result<()> {
             return Err(Usage(format!("unknown flag --{flag}")).into());
         }
     }
-    init_logging(verbose);
-    rt::block_on(agent::run(config)).context("agent")?;
-    Ok(())
+    Ok((config, verbose))
 }
 
 /// `--state-dir`, shared by the read-only commands.

@@ -419,13 +419,11 @@ fn bad_manifests_are_reported_and_harm_nothing() {
         ),
     );
     agent.write_manifest(
-        "privileged.yaml",
+        "shared-pid.yaml",
         &pod_yaml(
-            "privileged",
-            "",
-            &format!(
-                "  - name: c\n    image: {image}\n    securityContext: {{privileged: true}}\n"
-            ),
+            "shared-pid",
+            "  shareProcessNamespace: true\n",
+            &format!("  - name: c\n    image: {image}\n"),
         ),
     );
     let table = agent.wait_for("rejections in nanolet pods", T, |a| {
@@ -441,7 +439,12 @@ fn bad_manifests_are_reported_and_harm_nothing() {
         "{table}"
     );
     assert!(table.contains("probe.yaml (document 0): spec.containers[0].livenessProbe.grpc: not supported by nanolet yet"), "{table}");
-    assert!(table.contains("privileged.yaml (document 0): spec.containers[0].securityContext.privileged=true: not supported"), "{table}");
+    assert!(
+        table.contains(
+            "shared-pid.yaml (document 0): spec.shareProcessNamespace=true: not supported"
+        ),
+        "{table}"
+    );
     assert!(
         table.lines().any(|l| l
             .split_whitespace()
@@ -1337,4 +1340,94 @@ spec:
         t.contains("kernel.msgmax").then_some(t)
     });
     assert!(table.contains("SysctlForbidden"), "{table}");
+}
+
+#[test]
+fn check_reports_what_the_node_offers() {
+    let dir = common::TempDir::new("nanolet-check");
+    let cni = dir.path().join("cni");
+    fs::create_dir_all(&cni).unwrap();
+    let check = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+            .arg("check")
+            .arg("--cni-conf-dir")
+            .arg(&cni)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let fine = check(&[]);
+    let text = String::from_utf8_lossy(&fine.stdout).into_owned();
+    assert!(fine.status.success(), "{text}");
+    assert!(text.contains("ok    runtime"), "{text}");
+    assert!(
+        text.contains("pods off the host network get loopback only"),
+        "{text}"
+    );
+    // A network whose plugin is nowhere, and a runtime that is not there.
+    fs::write(
+        cni.join("10-x.conflist"),
+        r#"{"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "no-such-plugin"}]}"#,
+    )
+    .unwrap();
+    let broken = check(&["--runtime-path", "/nonexistent/runc"]);
+    let text = String::from_utf8_lossy(&broken.stdout).into_owned();
+    assert_eq!(broken.status.code(), Some(1), "{text}");
+    assert!(text.contains("FAIL  runtime"), "{text}");
+    assert!(
+        text.contains("FAIL  pod network") && text.contains("no-such-plugin"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_container_writing_fast_stays_within_its_log_limits() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start_with(
+        &registry,
+        &[
+            "--container-log-max-size",
+            "64Ki",
+            "--container-log-max-files",
+            "3",
+        ],
+    );
+    // About 20 MB of output as fast as the shell can write it.
+    agent.write_manifest(
+        "flood.yaml",
+        &pod_yaml(
+            "flood",
+            "  restartPolicy: Never\n",
+            &format!(
+                "  - name: c\n    image: {image}\n    command: [sh, -c, 'yes 0123456789012345678901234567890123456789 | head -c 20000000; echo done']\n"
+            ),
+        ),
+    );
+    agent.wait_for("the flood to end", Duration::from_secs(120), |a| {
+        let c = a.container_status("flood", "c")?;
+        (c["state"]["terminated"]["exitCode"] == 0).then_some(())
+    });
+    let dir = agent.logs.join(
+        fs::read_dir(&agent.logs)
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap()
+            .file_name(),
+    );
+    let mut total = 0;
+    let mut files = 0;
+    for entry in fs::read_dir(dir.join("c")).unwrap().flatten() {
+        total += entry.metadata().unwrap().len();
+        files += 1;
+    }
+    // Three files of at most 64 KiB each (a rotated one may be gzipped);
+    // one line of slack for the record that crossed the limit.
+    assert!(files <= 3, "{files} files");
+    assert!(
+        total <= 3 * 64 * 1024 + 4096,
+        "{total} bytes in {files} files"
+    );
+    assert!(agent.logs("default/flood", None).ends_with("done"));
 }

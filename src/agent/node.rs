@@ -367,7 +367,7 @@ fn repository(reference: &str) -> &str {
 /// Why the OCI runtime cannot run containers, if it cannot: its binary is
 /// gone or not executable (removed by an upgrade, a full disk, ...). A cheap
 /// check, run with every status update rather than spawning the runtime.
-fn runtime_problem(runtime: &std::path::Path) -> Option<String> {
+pub fn runtime_problem(runtime: &std::path::Path) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
     let found = if runtime.components().count() > 1 {
         Some(runtime.to_owned())

@@ -1,7 +1,9 @@
 //! Commands that read the agent's state directory: `nanolet pods` and
 //! `nanolet logs`. They need no connection to the agent: the agent writes
-//! everything they show atomically under the state dir.
+//! everything they show atomically under the state dir. `nanolet check`
+//! looks at the node instead.
 
+pub mod check;
 pub mod logs;
 
 use std::io::Write;

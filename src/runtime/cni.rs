@@ -134,6 +134,17 @@ impl Cni {
         Ok(Some((path, list)))
     }
 
+    /// The plugin types of `network` that are in none of the plugin dirs.
+    pub fn missing_plugins(&self, network: &NetworkList) -> Vec<String> {
+        network
+            .plugins
+            .iter()
+            .filter_map(|p| p.get("type").and_then(Value::as_str))
+            .filter(|kind| self.plugin_path(kind).is_err())
+            .map(str::to_owned)
+            .collect()
+    }
+
     fn plugin_path(&self, plugin: &str) -> Result<PathBuf, CniError> {
         if !plugin.contains('/') {
             for dir in &self.bin_dirs {

@@ -1,0 +1,114 @@
+//! `nanolet check`: what this node offers the agent, as the agent would
+//! find it at start — the OCI runtime, the cgroup layout, overlayfs and the
+//! pod network — one line each, so a fleet operator can tell a node that
+//! cannot run pods before it is asked to.
+
+use std::io::Write;
+
+use crate::cgroup::{self, Version};
+use crate::config::{Config, RuntimeKind};
+use crate::runtime::cni::Cni;
+
+/// Prints the findings; returns whether pods can run here.
+pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
+    let mut ok = true;
+    let mut line = |good: bool, what: &str, text: String| -> std::io::Result<()> {
+        ok &= good;
+        writeln!(
+            out,
+            "{:<5} {what:<12} {text}",
+            if good { "ok" } else { "FAIL" }
+        )
+    };
+    let runtime = &config.runtime_path;
+    match crate::agent::node::runtime_problem(runtime) {
+        None => {
+            let version = std::process::Command::new(runtime)
+                .arg("--version")
+                .output()
+                .ok()
+                .and_then(|o| String::from_utf8(o.stdout).ok())
+                .and_then(|v| v.lines().next().map(str::to_owned))
+                .unwrap_or_default();
+            line(
+                true,
+                "runtime",
+                format!("{} ({version})", runtime.display()),
+            )?;
+        }
+        Some(problem) => line(false, "runtime", problem)?,
+    }
+
+    let version = cgroup::detect();
+    let (good, text) = match version {
+        Version::V2 => {
+            let controllers =
+                std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").unwrap_or_default();
+            (true, format!("v2 (controllers: {})", controllers.trim()))
+        }
+        // crun refuses hybrid hosts; runc uses their v1 controllers.
+        Version::Hybrid => (
+            config.runtime == RuntimeKind::Runc,
+            format!(
+                "hybrid (v1 controllers, cgroup2 beside them){}",
+                if config.runtime == RuntimeKind::Crun {
+                    ": crun refuses this layout, use runc or boot with cgroup v2 only"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        Version::V1 => (config.runtime == RuntimeKind::Runc, "v1".to_owned()),
+    };
+    line(good, "cgroups", text)?;
+
+    let overlay = std::fs::read_to_string("/proc/filesystems").is_ok_and(|f| {
+        f.lines()
+            .any(|l| l.split_whitespace().last() == Some("overlay"))
+    });
+    line(
+        overlay,
+        "overlayfs",
+        if overlay {
+            "available".to_owned()
+        } else {
+            "not in /proc/filesystems (modprobe overlay)".to_owned()
+        },
+    )?;
+
+    let cni = Cni {
+        conf_dir: config.cni_conf_dir.clone(),
+        bin_dirs: config.cni_bin_dirs.clone(),
+    };
+    match cni.network() {
+        Ok(Some((path, list))) => {
+            let missing = cni.missing_plugins(&list);
+            let text = format!(
+                "CNI {:?} {} from {}{}",
+                list.name,
+                list.cni_version,
+                path.display(),
+                if missing.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; plugins not found in {:?}: {}",
+                        cni.bin_dirs,
+                        missing.join(", ")
+                    )
+                }
+            );
+            line(missing.is_empty(), "pod network", text)?;
+        }
+        Ok(None) => line(
+            true,
+            "pod network",
+            format!(
+                "none in {}: pods off the host network get loopback only",
+                cni.conf_dir.display()
+            ),
+        )?,
+        Err(e) => line(false, "pod network", e.to_string())?,
+    }
+    Ok(ok)
+}
