@@ -1325,6 +1325,9 @@ spec:
         "{privileged}"
     );
     assert!(privileged.contains("Seccomp:\t0"), "{privileged}");
+    // The host's devices are created in the container's own /dev: nothing
+    // (like the termination log's mount point) lands in the host's.
+    assert!(!std::path::Path::new("/dev/termination-log").exists());
 
     // Unsafe sysctls are refused by admission, naming the sysctl.
     agent.write_manifest(

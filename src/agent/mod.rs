@@ -159,6 +159,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let cni = Cni {
         conf_dir: config.cni_conf_dir.clone(),
         bin_dirs: config.cni_bin_dirs.clone(),
+        parked_dir: layout.root.join("cni-parked"),
     };
     match cni.network() {
         Ok(Some((path, list))) => log::info!(
@@ -200,6 +201,9 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     });
     // Child processes are reaped on the loop, not by a thread of their own.
     crate::rt::spawn(async_process::driver()).detach();
+    // Networks of pods whose DEL failed before: released now if possible.
+    let retry_ctx = ctx.clone();
+    crate::rt::spawn(async move { retry_ctx.cni.retry_parked().await }).detach();
     crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();
 
     let (done_tx, done_rx) = smol::channel::unbounded::<String>();

@@ -671,6 +671,14 @@ impl Worker {
     /// of init containers once all have (then regular containers may run).
     fn init_frontier(&self) -> usize {
         let n = self.pod.init_containers.len();
+        let views: Vec<ContainerView> = self
+            .containers
+            .iter()
+            .map(|c| c.record.view.clone())
+            .collect();
+        if status::previously_initialized(&self.pod, &views) {
+            return n;
+        }
         (0..n)
             .find(|&i| {
                 let c = &self.containers[i];
@@ -1437,6 +1445,13 @@ impl Worker {
         c.record.view.running_since = None;
         c.exited_at = Some(Instant::now());
         c.probes.stop();
+        // Read while the bundle (and the file) is still there.
+        let id = exit.id.clone();
+        let message = self.termination_message(i, &id);
+        let c = &mut self.containers[i];
+        if let Some(t) = &mut c.record.view.terminated {
+            t.message = message;
+        }
         log::info!(
             "pod {}: container {} exited with code {}{}",
             self.pod.full_name(),
@@ -1480,12 +1495,8 @@ impl Worker {
             .container_path(self.pod.qos, &self.pod.uid, &id);
         let oom = exit.exit_code == 137 && crate::cgroup::oom_killed(&cgroup);
         self.record_exit(i, exit, if oom { "OOM-killed" } else { "" });
-        let message = self.termination_message(i, &id);
-        if let Some(t) = &mut self.containers[i].record.view.terminated {
-            if oom {
-                t.reason = "OOMKilled".into();
-            }
-            t.message = message;
+        if oom && let Some(t) = &mut self.containers[i].record.view.terminated {
+            t.reason = "OOMKilled".into();
         }
         self.save_containers();
         self.write_status();

@@ -66,6 +66,17 @@ fn write(dir: &Path, file: &str, value: &str) -> Result<(), CgroupError> {
     fs::write(&path, value).map_err(err(&path))
 }
 
+/// Writes a controller's file where the controller is enabled; a host that
+/// lacks one (no pids controller, say) still runs pods, without that limit.
+fn write_if_present(dir: &Path, file: &str, value: &str) -> Result<(), CgroupError> {
+    if dir.join(file).exists() {
+        write(dir, file, value)
+    } else {
+        log::debug!("{}: no {file} here; not limited", dir.display());
+        Ok(())
+    }
+}
+
 /// Creates the cgroup `path` (absolute within the hierarchy) with the
 /// directories above it and writes `limits`.
 pub fn ensure(version: Version, path: &str, limits: &Limits) -> Result<(), CgroupError> {
@@ -89,22 +100,22 @@ fn ensure_v2(mount: &Path, relative: &str, limits: &Limits) -> Result<(), Cgroup
             Err(source) => return Err(CgroupError { path: dir, source }),
         }
     }
-    write(
+    write_if_present(
         &dir,
         "cpu.weight",
         &cpu_weight(limits.cpu_shares).to_string(),
     )?;
     let quota = limits.cpu_quota.map_or("max".to_owned(), |q| q.to_string());
-    write(&dir, "cpu.max", &format!("{quota} {CPU_PERIOD}"))?;
+    write_if_present(&dir, "cpu.max", &format!("{quota} {CPU_PERIOD}"))?;
     let memory = limits
         .memory_max
         .map_or("max".to_owned(), |m| m.to_string());
-    write(&dir, "memory.max", &memory)?;
+    write_if_present(&dir, "memory.max", &memory)?;
     let pids = limits
         .pids_max
         .filter(|p| *p > 0)
         .map_or("max".to_owned(), |p| p.to_string());
-    write(&dir, "pids.max", &pids)
+    write_if_present(&dir, "pids.max", &pids)
 }
 
 /// The controllers nanolet limits, where the parent offers them.

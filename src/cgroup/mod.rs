@@ -72,12 +72,9 @@ impl Hierarchy {
 
     /// The QoS-level cgroups, as upstream sizes them: BestEffort gets the
     /// least CPU weight, Burstable the sum of its pods' CPU requests.
+    /// `kubepods` itself keeps its defaults until allocatable is enforced
+    /// on it (issue 7).
     pub fn update_qos(&self, burstable_cpu_milli: u64) -> Result<(), CgroupError> {
-        limits::ensure(
-            self.version,
-            &self.qos_path(QosClass::Guaranteed),
-            &Limits::default(),
-        )?;
         let besteffort = Limits {
             cpu_shares: cpu_shares(None),
             ..Limits::default()

@@ -44,7 +44,19 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
         Version::V2 => {
             let controllers =
                 std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").unwrap_or_default();
-            (true, format!("v2 (controllers: {})", controllers.trim()))
+            let missing: Vec<&str> = ["cpu", "memory", "pids"]
+                .into_iter()
+                .filter(|c| !controllers.split_whitespace().any(|have| have == *c))
+                .collect();
+            let note = if missing.is_empty() {
+                String::new()
+            } else {
+                format!("; without {}: pods run unlimited there", missing.join(", "))
+            };
+            (
+                true,
+                format!("v2 (controllers: {}){note}", controllers.trim()),
+            )
         }
         // crun refuses hybrid hosts; runc uses their v1 controllers.
         Version::Hybrid => (
@@ -79,6 +91,7 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
     let cni = Cni {
         conf_dir: config.cni_conf_dir.clone(),
         bin_dirs: config.cni_bin_dirs.clone(),
+        parked_dir: std::path::PathBuf::new(),
     };
     match cni.network() {
         Ok(Some((path, list))) => {

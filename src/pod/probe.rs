@@ -124,7 +124,8 @@ fn convert_handler(
                     "must be non-negative",
                 ));
             }
-            Ok(Handler::Sleep(Duration::from_secs(sleep.seconds as u64)))
+            let seconds = sleep.seconds.min(super::validate::MAX_GRACE_SECONDS);
+            Ok(Handler::Sleep(Duration::from_secs(seconds as u64)))
         }
         (None, true) => Ok(Handler::Action(
             convert(field, &as_probe, ports, ProbeKind::Readiness)?.action,
@@ -239,7 +240,9 @@ fn convert(
                 "must be greater than 0",
             ));
         }
-        Some(s) => Some(Duration::from_secs(s as u64)),
+        Some(s) => Some(Duration::from_secs(
+            s.min(super::validate::MAX_GRACE_SECONDS) as u64,
+        )),
     };
     Ok(Probe {
         action: actions.remove(0),

@@ -77,18 +77,28 @@ pub enum Lifecycle {
 }
 
 /// Whether an init container has done its part: an init container has
-/// completed successfully, a sidecar has started (once; a later restart of
-/// it does not hold the pod back).
+/// completed successfully, a sidecar runs and has started (its startup
+/// probe, if any, passed).
 pub fn init_done(role: ContainerRole, view: &ContainerView) -> bool {
     match role {
         ContainerRole::Sidecar => {
-            view.restart_count > 0
-                || (view.running_since.is_some()
-                    && view.terminated.is_none()
-                    && view.probed_started != Some(false))
+            view.running_since.is_some()
+                && view.terminated.is_none()
+                && view.probed_started != Some(false)
         }
         _ => view.terminated.as_ref().is_some_and(|t| t.exit_code == 0),
     }
+}
+
+/// Once a regular container has been created the pod stays initialized,
+/// whatever its init containers do later (upstream's
+/// isPreviouslyInitialized): a restarting sidecar, or probes that start over
+/// after an agent restart, do not send the pod back to Pending.
+pub fn previously_initialized(pod: &Pod, views: &[ContainerView]) -> bool {
+    views
+        .iter()
+        .skip(pod.init_containers.len())
+        .any(|v| v.container_id.is_some())
 }
 
 /// An init container that failed and will not run again: the pod failed.
@@ -166,6 +176,7 @@ pub fn pod_status(
     let statuses_of_init: Vec<core::ContainerStatus> = statuses.drain(..n_init).collect();
     let mut init_statuses = statuses_of_init;
     let mut initialized = true;
+    let previously = previously_initialized(pod, views);
     let mut failed_init = false;
     for (i, (status, view)) in init_statuses.iter_mut().zip(views).enumerate() {
         let role = pod.init_containers[i].role;
@@ -173,9 +184,10 @@ pub fn pod_status(
             // Upstream: ready once completed successfully.
             status.ready = view.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
         }
-        failed_init |= init_failed(pod, role, view);
+        failed_init |= init_failed(pod, role, view) && !previously;
         initialized &= init_done(role, view);
     }
+    initialized |= previously;
     let sidecars_ready = init_statuses
         .iter()
         .zip(&pod.init_containers)

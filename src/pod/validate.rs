@@ -65,6 +65,10 @@ const METADATA: &[(&str, Shape)] = &[
     ("deletionGracePeriodSeconds", Any),
 ];
 
+/// The longest grace period honoured (about 136 years): larger values mean
+/// "never" in practice and must not overflow deadline arithmetic.
+pub(super) const MAX_GRACE_SECONDS: i64 = u32::MAX as i64;
+
 /// Localhost seccomp profiles and AppArmor/SELinux options are refused by
 /// name (`type` is checked in the conversion).
 const SECCOMP: &[(&str, Shape)] = &[("type", Leaf)];
@@ -586,7 +590,11 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             ));
         }
     };
-    let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+    // Clamped so that deadlines computed from it cannot overflow.
+    let grace = spec
+        .termination_grace_period_seconds
+        .unwrap_or(30)
+        .min(MAX_GRACE_SECONDS);
     if grace < 0 {
         return Err(invalid(
             "spec.terminationGracePeriodSeconds",
@@ -746,7 +754,9 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
                     ));
                 }
             };
-            if container.role == ContainerRole::Init && (container.probes != Default::default()) {
+            if container.role == ContainerRole::Init
+                && (container.probes != Default::default() || container.hooks != Default::default())
+            {
                 return Err(invalid(
                     field.clone(),
                     "probes and lifecycle hooks may only be set for sidecar (restartPolicy: Always) init containers",
@@ -1507,6 +1517,21 @@ mod tests {
             err.to_string().starts_with("spec.ephemeralContainers"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn huge_grace_periods_are_clamped_not_overflowed() {
+        let spec = json!({"terminationGracePeriodSeconds": i64::MAX, "containers": [{
+            "name": "c", "image": "b:1",
+            "livenessProbe": {"exec": {"command": ["true"]}, "terminationGracePeriodSeconds": i64::MAX},
+            "lifecycle": {"preStop": {"sleep": {"seconds": i64::MAX}}}}]});
+        let p = validate(&pod(spec), "f", "u").unwrap();
+        let max = Duration::from_secs(MAX_GRACE_SECONDS as u64);
+        assert_eq!(p.termination_grace, max);
+        let probe = p.containers[0].probes.liveness.as_ref().unwrap();
+        assert_eq!(probe.termination_grace, Some(max));
+        // Deadlines from them stay computable.
+        let _ = std::time::Instant::now() + max;
     }
 
     #[test]

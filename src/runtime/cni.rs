@@ -53,6 +53,8 @@ const RECORD: &str = "network.json";
 pub struct Cni {
     pub conf_dir: PathBuf,
     pub bin_dirs: Vec<PathBuf>,
+    /// Records of attachments whose DEL failed, retried later.
+    pub parked_dir: PathBuf,
 }
 
 /// A network configuration list (a single-plugin `.conf` becomes a list of
@@ -176,19 +178,47 @@ impl Cni {
                 Some(result)
                     if !namespace_is_new && record.attachment.netns == attachment.netns =>
                 {
-                    self.check(&record.network, &record.attachment, result)
-                        .await?;
+                    // A failed CHECK is reported, not fatal: the pod runs on
+                    // the network it has, as upstream (which never CHECKs).
+                    if let Err(e) = self
+                        .check(&record.network, &record.attachment, result)
+                        .await
+                    {
+                        log::warn!("{}: {e}", pod_dir.display());
+                    }
                     return Ok(result_ips(result));
                 }
-                _ => self.detach(pod_dir).await?,
+                _ => {
+                    if let Err(e) = self.detach(pod_dir).await {
+                        // A reboot or a changed network must not keep the
+                        // pod from starting: the old attachment waits.
+                        log::warn!("{}: {e}; retrying its DEL later", pod_dir.display());
+                        self.park(pod_dir)?;
+                    }
+                }
             }
+        }
+        let wants_ports = !attachment.port_mappings.is_empty();
+        if wants_ports
+            && !network
+                .plugins
+                .iter()
+                .any(|p| has_capability(p, "portMappings"))
+        {
+            return Err(CniError::Config {
+                path: self.conf_dir.clone(),
+                message: format!(
+                    "network {:?} has no plugin with the portMappings capability, so the pod's hostPort cannot be set up",
+                    network.name
+                ),
+            });
         }
         let mut record = Record {
             network: network.clone(),
             attachment: attachment.clone(),
             result: None,
         };
-        write_record(pod_dir, &record)?;
+        write_record(pod_dir, &record).await?;
         let mut previous: Option<Value> = None;
         for plugin in &network.plugins {
             let config = plugin_config(network, plugin, previous.take(), attachment);
@@ -200,7 +230,7 @@ impl Cni {
         let result = previous.unwrap_or_else(|| json!({"cniVersion": network.cni_version}));
         let ips = result_ips(&result);
         record.result = Some(result);
-        write_record(pod_dir, &record)?;
+        write_record(pod_dir, &record).await?;
         Ok(ips)
     }
 
@@ -228,6 +258,12 @@ impl Cni {
         let Some(record) = read_record(pod_dir)? else {
             return Ok(());
         };
+        self.delete(&record).await?;
+        remove_if_there(&pod_dir.join(RECORD))
+    }
+
+    /// DEL of what `record` attached, plugins in reverse order.
+    async fn delete(&self, record: &Record) -> Result<(), CniError> {
         let mut attachment = record.attachment.clone();
         // Plugins treat an empty netns as "already gone" and release only
         // what lives outside it (addresses, host rules, the host veth end).
@@ -243,11 +279,53 @@ impl Cni {
             self.invoke("DEL", &record.network, plugin, &config, &attachment)
                 .await?;
         }
-        let path = pod_dir.join(RECORD);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(CniError::Io { path, source }),
+        Ok(())
+    }
+
+    /// Keeps the record of a pod whose DEL failed, so that its addresses
+    /// and host rules are released later ([`Cni::retry_parked`]) even though
+    /// the pod's dir goes.
+    pub fn park(&self, pod_dir: &Path) -> Result<(), CniError> {
+        let from = pod_dir.join(RECORD);
+        if !from.exists() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.parked_dir).map_err(|source| CniError::Io {
+            path: self.parked_dir.clone(),
+            source,
+        })?;
+        let name = pod_dir.file_name().unwrap_or_default().to_string_lossy();
+        let to = self
+            .parked_dir
+            .join(format!("{name}-{}.json", crate::state::random_hex()));
+        std::fs::rename(&from, &to).map_err(|source| CniError::Io { path: to, source })
+    }
+
+    /// DEL for every parked record; each that succeeds is forgotten.
+    pub async fn retry_parked(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.parked_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let record = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Record>(&b).ok());
+            let Some(record) = record else {
+                log::warn!("{}: unreadable CNI record; removing it", path.display());
+                let _ = remove_if_there(&path);
+                continue;
+            };
+            match self.delete(&record).await {
+                Ok(()) => {
+                    log::info!(
+                        "released the network of pod {}",
+                        record.attachment.container_id
+                    );
+                    let _ = remove_if_there(&path);
+                }
+                Err(e) => log::warn!("{e} (kept for the next try)"),
+            }
         }
     }
 
@@ -404,15 +482,8 @@ fn plugin_config(
     if let Some(previous) = previous {
         config.insert("prevResult".into(), previous);
     }
-    let wants = |capability: &str| {
-        plugin
-            .get("capabilities")
-            .and_then(|c| c.get(capability))
-            .and_then(Value::as_bool)
-            == Some(true)
-    };
     let mut runtime = Map::new();
-    if wants("portMappings") && !attachment.port_mappings.is_empty() {
+    if has_capability(plugin, "portMappings") && !attachment.port_mappings.is_empty() {
         runtime.insert(
             "portMappings".into(),
             serde_json::to_value(&attachment.port_mappings).unwrap_or_default(),
@@ -422,6 +493,14 @@ fn plugin_config(
         config.insert("runtimeConfig".into(), Value::Object(runtime));
     }
     Value::Object(config)
+}
+
+fn has_capability(plugin: &Map<String, Value>, capability: &str) -> bool {
+    plugin
+        .get("capabilities")
+        .and_then(|c| c.get(capability))
+        .and_then(Value::as_bool)
+        == Some(true)
 }
 
 /// The addresses of a result (0.3.0 and later all list `ips`).
@@ -434,6 +513,17 @@ pub fn result_ips(result: &Value) -> Vec<IpAddr> {
         .filter_map(|ip| ip.get("address")?.as_str())
         .filter_map(|cidr| cidr.split('/').next()?.parse().ok())
         .collect()
+}
+
+fn remove_if_there(path: &Path) -> Result<(), CniError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(CniError::Io {
+            path: path.to_owned(),
+            source,
+        }),
+    }
 }
 
 fn read_record(pod_dir: &Path) -> Result<Option<Record>, CniError> {
@@ -450,14 +540,14 @@ fn read_record(pod_dir: &Path) -> Result<Option<Record>, CniError> {
     }
 }
 
-fn write_record(pod_dir: &Path, record: &Record) -> Result<(), CniError> {
+/// Durable (fsynced, which is slow on SD cards): off the loop.
+async fn write_record(pod_dir: &Path, record: &Record) -> Result<(), CniError> {
     let bytes = serde_json::to_vec_pretty(record).unwrap_or_default();
-    crate::state::write_atomic(
-        &pod_dir.join(RECORD),
-        &bytes,
-        0o600,
-        crate::state::Durability::PowerLoss,
-    )?;
+    let path = pod_dir.join(RECORD);
+    smol::unblock(move || {
+        crate::state::write_atomic(&path, &bytes, 0o600, crate::state::Durability::PowerLoss)
+    })
+    .await?;
     Ok(())
 }
 

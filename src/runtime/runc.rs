@@ -38,6 +38,56 @@ pub enum RuntimeError {
 /// How much of an exec's output is kept (upstream's probe limit).
 pub const EXEC_OUTPUT: usize = 10 * 1024;
 
+/// Reads a pipe to its end, keeping at most `cap` bytes: a probe that
+/// prints without end must not grow the agent.
+async fn read_capped(pipe: Option<impl futures_lite::AsyncRead + Unpin>, cap: usize) -> Vec<u8> {
+    use futures_lite::AsyncReadExt;
+    let mut kept = Vec::new();
+    let Some(mut pipe) = pipe else {
+        return kept;
+    };
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = pipe.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let room = cap.saturating_sub(kept.len());
+        kept.extend_from_slice(&buf[..n.min(room)]);
+    }
+    kept
+}
+
+/// Kills the process an exec started, by the pid the runtime wrote, unless
+/// disarmed because it ended by itself. Removes the pid file either way.
+struct ExecGuard(Option<std::path::PathBuf>);
+
+impl ExecGuard {
+    fn disarm(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl Drop for ExecGuard {
+    fn drop(&mut self) {
+        let Some(path) = self.0.take() else {
+            return;
+        };
+        if let Some(pid) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|p| *p > 1)
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct State {
     pub id: String,
@@ -182,7 +232,7 @@ impl Runtime {
             path: self.path.clone(),
             source,
         };
-        let child = async_process::Command::new(&self.path)
+        let mut child = async_process::Command::new(&self.path)
             .args(&all)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -190,38 +240,35 @@ impl Runtime {
             .kill_on_drop(true)
             .spawn()
             .map_err(spawn_err)?;
-        let finished = async { Some(child.output().await) }
+        // Killed by its pid when this future ends early (timeout, or the
+        // caller gave up): the runtime's own process dies with kill_on_drop,
+        // what it started in the container would not.
+        let mut guard = ExecGuard(Some(pid_file.to_owned()));
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let run = async {
+            let out = read_capped(stdout, EXEC_OUTPUT);
+            let err = read_capped(stderr, EXEC_OUTPUT);
+            let ((mut text, err), status) =
+                futures_lite::future::zip(futures_lite::future::zip(out, err), child.status())
+                    .await;
+            text.extend_from_slice(&err);
+            text.truncate(EXEC_OUTPUT);
+            (text, status)
+        };
+        let finished = async { Some(run.await) }
             .or(async {
                 smol::Timer::after(timeout).await;
                 None
             })
             .await;
-        let Some(output) = finished else {
-            // The runtime's own process dies with kill_on_drop; what it
-            // started in the container must be killed by its pid.
-            if let Some(pid) = std::fs::read_to_string(pid_file)
-                .ok()
-                .and_then(|p| p.trim().parse::<i32>().ok())
-                .filter(|p| *p > 1)
-            {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            let _ = std::fs::remove_file(pid_file);
+        let Some((text, status)) = finished else {
             return Ok(None);
         };
-        let _ = std::fs::remove_file(pid_file);
-        let output = output.map_err(spawn_err)?;
-        let mut text = output.stdout;
-        text.extend_from_slice(&output.stderr);
-        text.truncate(EXEC_OUTPUT);
-        let code = match output.status.code() {
+        guard.disarm();
+        let status = status.map_err(spawn_err)?;
+        let code = match status.code() {
             Some(code) => code,
-            None => {
-                128 + std::os::unix::process::ExitStatusExt::signal(&output.status).unwrap_or(0)
-            }
+            None => 128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0),
         };
         Ok(Some((code, String::from_utf8_lossy(&text).into_owned())))
     }

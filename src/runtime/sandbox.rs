@@ -471,7 +471,11 @@ fn loopback_up() -> io::Result<()> {
 /// whatever else is still mounted in the pod's dir. Safe to repeat; the
 /// mounts go even when the network plugins fail.
 pub async fn teardown(pod_dir: &Path, network: &Cni) -> Result<(), SandboxError> {
-    let detached = network.detach(pod_dir).await;
+    let detached = match network.detach(pod_dir).await {
+        Ok(()) => Ok(()),
+        // The pod's dir goes; its attachment's record must not.
+        Err(e) => network.park(pod_dir).and(Err(e)),
+    };
     for kind in ["net", "uts", "ipc"] {
         let path = pod_dir.join("ns").join(kind);
         mount::unmount(&path)?;

@@ -111,6 +111,9 @@ pub struct Linux {
     pub sysctl: std::collections::BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seccomp: Option<serde_json::Value>,
+    /// Device nodes created in the container's /dev (privileged: the host's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -168,25 +171,36 @@ const DEFAULT_CAPS: &[&str] = &[
     "CAP_AUDIT_WRITE",
 ];
 
-/// The host path of a volume's `subPath`, created as a directory if
-/// missing, as upstream does. Symlinks are resolved and must stay inside
-/// the volume: a container must not reach the host through a link it
-/// planted in its volume.
+/// The host path of a volume's `subPath`, created as directories where
+/// missing, as upstream does. No component may be a symlink: the volume is
+/// the container's to write, and a link it planted must not lead the
+/// agent (creating directories) or the runtime (mounting) out of it.
+/// Checked here, then mounted by the runtime: a container that swaps a
+/// directory for a link between the two could still win that race
+/// (upstream binds through an fd; not done yet).
 fn sub_path(root: &Path, sub: &str) -> Result<PathBuf, SpecError> {
     let fail = |reason: String| SpecError::SubPath {
         sub_path: sub.to_owned(),
         reason,
     };
-    let root = root.canonicalize().map_err(|e| fail(e.to_string()))?;
-    let wanted = root.join(sub);
-    if std::fs::symlink_metadata(&wanted).is_err() {
-        std::fs::create_dir_all(&wanted).map_err(|e| fail(e.to_string()))?;
+    let mut path = root.to_owned();
+    for part in Path::new(sub).components() {
+        let std::path::Component::Normal(part) = part else {
+            return Err(fail("must be a relative path without '..'".into()));
+        };
+        path.push(part);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(fail(format!("{} is a symlink", path.display())));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&path).map_err(|e| fail(e.to_string()))?;
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
     }
-    let resolved = wanted.canonicalize().map_err(|e| fail(e.to_string()))?;
-    if !resolved.starts_with(&root) {
-        return Err(fail("resolves outside its volume".into()));
-    }
-    Ok(resolved)
+    Ok(path)
 }
 
 /// The container's capabilities, as containerd computes them from the
@@ -218,6 +232,50 @@ fn capabilities(security: &crate::pod::Security) -> Vec<String> {
     caps
 }
 
+/// The host's device nodes under /dev (not its pts, shm or mqueue, which
+/// the container has of its own), as OCI `linux.devices` entries.
+fn host_devices() -> Vec<serde_json::Value> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    let mut found = Vec::new();
+    let mut dirs = vec![PathBuf::from("/dev")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                if !matches!(path.to_str(), Some("/dev/pts" | "/dev/shm" | "/dev/mqueue")) {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            let type_ = if kind.is_char_device() {
+                "c"
+            } else if kind.is_block_device() {
+                "b"
+            } else {
+                continue;
+            };
+            let rdev = meta.rdev();
+            found.push(serde_json::json!({
+                "path": path,
+                "type": type_,
+                "major": nix::sys::stat::major(rdev),
+                "minor": nix::sys::stat::minor(rdev),
+                "fileMode": meta.permissions().mode() & 0o777,
+                "uid": meta.uid(),
+                "gid": meta.gid(),
+            }));
+        }
+    }
+    found
+}
+
 /// The bounding set of this process, as capability names.
 fn host_capabilities() -> Vec<String> {
     let mask = std::fs::read_to_string("/proc/self/status")
@@ -238,8 +296,8 @@ fn host_capabilities() -> Vec<String> {
 
 /// seccomp RuntimeDefault: everything allowed but what container runtimes'
 /// default profiles refuse (kernel modules, keyrings, clocks, reboot,
-/// mounts and namespaces, tracing other processes, BPF and perf, ...),
-/// which fail with EPERM.
+/// mounts and namespaces — also through clone —, tracing other processes,
+/// BPF and perf, ...), which fail with EPERM.
 fn seccomp_profile() -> serde_json::Value {
     const REFUSED: &[&str] = &[
         "acct",
@@ -300,11 +358,36 @@ fn seccomp_profile() -> serde_json::Value {
         "vm86",
         "vm86old",
     ];
+    // New namespaces through clone are refused as unshare is: one rule per
+    // flag (rules for one call are alternatives). clone3 hides its flags in
+    // memory seccomp cannot read, so it reports ENOSYS and libc falls back
+    // to clone, as the runtimes' profiles do.
+    const CLONE_NEW: [u64; 7] = [
+        0x0002_0000, // CLONE_NEWNS
+        0x0200_0000, // CLONE_NEWCGROUP
+        0x0400_0000, // CLONE_NEWUTS
+        0x0800_0000, // CLONE_NEWIPC
+        0x1000_0000, // CLONE_NEWUSER
+        0x2000_0000, // CLONE_NEWPID
+        0x4000_0000, // CLONE_NEWNET
+    ];
+    let mut syscalls = vec![
+        serde_json::json!({"names": REFUSED, "action": "SCMP_ACT_ERRNO", "errnoRet": 1}),
+        serde_json::json!({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}),
+    ];
+    for flag in CLONE_NEW {
+        syscalls.push(serde_json::json!({
+            "names": ["clone"],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": 1,
+            "args": [{"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}],
+        }));
+    }
     serde_json::json!({
         "defaultAction": "SCMP_ACT_ALLOW",
         "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32",
                           "SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"],
-        "syscalls": [{"names": REFUSED, "action": "SCMP_ACT_ERRNO", "errnoRet": 1}],
+        "syscalls": syscalls,
     })
 }
 
@@ -594,10 +677,11 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         bind("/etc/hostname", &paths.hostname, false),
     ];
     if privileged {
-        // The host's devices, and /sys and cgroups writable, as containerd
-        // gives privileged containers.
-        mounts.retain(|m| !matches!(m.destination.as_str(), "/dev" | "/sys" | "/sys/fs/cgroup"));
-        mounts.insert(0, bind("/dev", Path::new("/dev"), false));
+        // /sys and cgroups writable, as containerd gives privileged
+        // containers; the host's devices come as `linux.devices` in the
+        // container's own /dev (binding the host's /dev would let the
+        // runtime create mount points, like the termination log's, there).
+        mounts.retain(|m| !matches!(m.destination.as_str(), "/sys" | "/sys/fs/cgroup"));
         mounts.push(mount(
             "/sys",
             "sysfs",
@@ -725,6 +809,11 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             },
             sysctl: pod.sysctls.iter().cloned().collect(),
             seccomp,
+            devices: if privileged {
+                host_devices()
+            } else {
+                Vec::new()
+            },
         },
     })
 }
@@ -748,6 +837,21 @@ mod tests {
             cmd: v(cmd),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn sub_paths_are_created_and_never_go_through_links() {
+        let dir = std::env::temp_dir().join(format!("nanolet-subpath-{}", std::process::id()));
+        let volume = dir.join("volume");
+        std::fs::create_dir_all(&volume).unwrap();
+        assert_eq!(sub_path(&volume, "a/b").unwrap(), volume.join("a/b"));
+        assert!(volume.join("a/b").is_dir());
+        // A link the container planted, to the host's root.
+        std::os::unix::fs::symlink("/", volume.join("escape")).unwrap();
+        let err = sub_path(&volume, "escape/etc").unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+        assert!(sub_path(&volume, "../x").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
