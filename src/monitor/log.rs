@@ -234,10 +234,11 @@ mod tests {
         }
         text.push_str("2024-01-01T00:00:00Z stdout P par\n2024-01-01T00:00:00Z stdout F tial\n");
         std::fs::write(&path, text).unwrap();
-        let tail = tail_messages(&path, 3, 2048);
-        assert_eq!(tail, "line 98\nline 99\npartial");
-        assert_eq!(tail_messages(&path, 80, 10), "99\npartial");
+        let (tail, short) = (tail_messages(&path, 3, 2048), tail_messages(&path, 80, 10));
+        // Removed before asserting: a failure must not leave it behind.
         std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(tail, "line 98\nline 99\npartial");
+        assert_eq!(short, "99\npartial");
     }
 
     #[test]

@@ -844,14 +844,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nanolet-subpath-{}", std::process::id()));
         let volume = dir.join("volume");
         std::fs::create_dir_all(&volume).unwrap();
-        assert_eq!(sub_path(&volume, "a/b").unwrap(), volume.join("a/b"));
-        assert!(volume.join("a/b").is_dir());
+        let created = sub_path(&volume, "a/b");
+        let is_dir = volume.join("a/b").is_dir();
         // A link the container planted, to the host's root.
         std::os::unix::fs::symlink("/", volume.join("escape")).unwrap();
-        let err = sub_path(&volume, "escape/etc").unwrap_err();
-        assert!(err.to_string().contains("symlink"), "{err}");
-        assert!(sub_path(&volume, "../x").is_err());
+        let through_link = sub_path(&volume, "escape/etc");
+        let up = sub_path(&volume, "../x");
+        // Removed before asserting: a failure must not leave it behind.
         std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(created.unwrap(), volume.join("a/b"));
+        assert!(is_dir);
+        let err = through_link.unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+        assert!(up.is_err());
     }
 
     #[test]
