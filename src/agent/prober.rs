@@ -237,13 +237,15 @@ pub async fn run(runtime: &Runtime, probe: &Probe, target: &Target) -> Outcome {
                 let request = http_request(&authority, path, headers);
                 let status = if *https {
                     let tls = futures_rustls::TlsConnector::from(insecure_tls());
-                    let name = rustls_pki_types::ServerName::try_from(
-                        authority
-                            .rsplit_once(':')
-                            .map_or(authority.as_str(), |(h, _)| h),
-                    )
-                    .map(|n| n.to_owned())
-                    .map_err(|e| e.to_string())?;
+                    // The host without port and IPv6 brackets.
+                    let host = authority
+                        .rsplit_once(':')
+                        .map_or(authority.as_str(), |(h, _)| h)
+                        .trim_start_matches('[')
+                        .trim_end_matches(']');
+                    let name = rustls_pki_types::ServerName::try_from(host)
+                        .map(|n| n.to_owned())
+                        .map_err(|e| e.to_string())?;
                     let stream = tls.connect(name, stream).await.map_err(|e| e.to_string())?;
                     status_of(stream, &request).await?
                 } else {
@@ -337,6 +339,8 @@ async fn connect(
     };
     let stream = stream.map_err(|e| format!("dial tcp {}: {e}", SocketAddr::new(ip, port)))?;
     let authority = match host {
+        // An IPv6 literal goes in brackets, as in a URL.
+        Some(h) if h.contains(':') => format!("[{h}]:{port}"),
         Some(h) => format!("{h}:{port}"),
         None => SocketAddr::new(ip, port).to_string(),
     };
@@ -608,6 +612,69 @@ mod tests {
             (none.ready(), none.started(), none.next_at()),
             (None, None, None)
         );
+    }
+
+    #[test]
+    fn https_probe_to_an_ipv6_pod_skips_verification() {
+        use rustls_pki_types::pem::PemObject;
+        crate::rt::block_on(async {
+            let made = rcgen::generate_simple_self_signed(vec!["elsewhere".into()]).unwrap();
+            let certs = vec![made.cert.der().clone()];
+            let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(
+                made.signing_key.serialize_pem().as_bytes(),
+            )
+            .unwrap();
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .unwrap();
+            let acceptor = futures_rustls::TlsAcceptor::from(Arc::new(config));
+            let listener =
+                Async::<std::net::TcpListener>::bind((std::net::Ipv6Addr::LOCALHOST, 0)).unwrap();
+            let addr = listener.get_ref().local_addr().unwrap();
+            let server = crate::rt::spawn(async move {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let mut tls = acceptor.accept(tcp).await.unwrap();
+                let mut buf = [0u8; 1024];
+                let n = tls.read(&mut buf).await.unwrap();
+                let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+                tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    .await
+                    .unwrap();
+                tls.flush().await.unwrap();
+                request
+            });
+            let probe = Probe {
+                action: ProbeAction::Http {
+                    https: true,
+                    host: None,
+                    port: addr.port(),
+                    path: "/".into(),
+                    headers: vec![],
+                },
+                ..probe(ProbeAction::Exec(vec![]))
+            };
+            let runtime = Runtime::new(
+                crate::config::RuntimeKind::Runc,
+                "runc".into(),
+                "/nonexistent".into(),
+            );
+            let target = Target {
+                container_id: "x".into(),
+                pod_ip: Some(addr.ip()),
+                netns: None,
+                scratch: PathBuf::new(),
+            };
+            assert_eq!(run(&runtime, &probe, &target).await, Outcome::Success);
+            let request = server.await;
+            assert!(
+                request.contains(&format!("Host: [::1]:{}\r\n", addr.port())),
+                "{request}"
+            );
+        });
     }
 
     #[test]
