@@ -21,5 +21,6 @@ qemu-aarch64-static "$binary" version >/dev/null
 echo "$binary $(stat -c %s "$binary") bytes"
 
 if [[ ${1:-} == --test ]]; then
-  cargo --config "$config" test --locked --bin nanolet
+  # The library holds the unit tests (the binary has none of its own).
+  cargo --config "$config" test --locked --lib --bin nanolet
 fi
