@@ -613,7 +613,7 @@ impl Worker {
                 volumes::project(&self.pod, projection, &self.objects, &downward).map_err(|e| {
                     format!("MountVolume.SetUp failed for volume {:?}: {e}", volume.name)
                 })?;
-            volumes::write_atomically(dir, &files).map_err(|e| {
+            volumes::write_atomically(dir, &files, self.pod.fs_group).map_err(|e| {
                 format!("MountVolume.SetUp failed for volume {:?}: {e}", volume.name)
             })?;
         }

@@ -213,9 +213,12 @@ fn current_files(dir: &Path) -> Option<BTreeMap<String, ProjectedFile>> {
 }
 
 /// Makes `dir` hold `files`; returns whether anything changed.
+/// With `group` (the pod's fsGroup) the files belong to that group and are
+/// readable by it, as upstream's volume ownership gives them.
 pub fn write_atomically(
     dir: &Path,
     files: &BTreeMap<String, ProjectedFile>,
+    group: Option<u32>,
 ) -> Result<bool, VolumeError> {
     if current_files(dir).as_ref() == Some(files) {
         return Ok(false);
@@ -227,6 +230,12 @@ pub fn write_atomically(
         .to_string();
     let data_dir = dir.join(&stamp);
     fs::create_dir(&data_dir).map_err(io_at(&data_dir))?;
+    let own = |path: &Path| match group {
+        Some(gid) => std::os::unix::fs::lchown(path, None, Some(gid)).map_err(io_at(path)),
+        None => Ok(()),
+    };
+    own(dir)?;
+    own(&data_dir)?;
     for (relative, file) in files {
         let path = data_dir.join(relative);
         if let Some(parent) = path.parent() {
@@ -237,7 +246,18 @@ pub fn write_atomically(
         let mut out = options.open(&path).map_err(io_at(&path))?;
         io::Write::write_all(&mut out, &file.data).map_err(io_at(&path))?;
         // The umask must not narrow the mode the pod asked for.
-        fs::set_permissions(&path, fs::Permissions::from_mode(file.mode)).map_err(io_at(&path))?;
+        let mode = if group.is_some() {
+            file.mode | 0o440
+        } else {
+            file.mode
+        };
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(io_at(&path))?;
+        own(&path)?;
+        let mut parent = path.parent();
+        while let Some(p) = parent.filter(|p| *p != data_dir) {
+            own(p)?;
+            parent = p.parent();
+        }
     }
     let temp_link = dir.join("..data_tmp");
     let _ = fs::remove_file(&temp_link);
@@ -288,7 +308,7 @@ mod tests {
             ("a".to_owned(), file("1", 0o644)),
             ("sub/b".to_owned(), file("2", 0o600)),
         ]);
-        assert!(write_atomically(&vol, &files).unwrap());
+        assert!(write_atomically(&vol, &files, None).unwrap());
         assert_eq!(fs::read_to_string(vol.join("a")).unwrap(), "1");
         assert_eq!(fs::read_to_string(vol.join("sub/b")).unwrap(), "2");
         assert_eq!(fs::read_link(vol.join("a")).unwrap(), Path::new("..data/a"));
@@ -298,11 +318,11 @@ mod tests {
             .mode()
             & 0o777;
         assert_eq!(mode, 0o600);
-        assert!(!write_atomically(&vol, &files).unwrap());
+        assert!(!write_atomically(&vol, &files, None).unwrap());
 
         files.remove("a");
         files.insert("c".into(), file("3", 0o644));
-        assert!(write_atomically(&vol, &files).unwrap());
+        assert!(write_atomically(&vol, &files, None).unwrap());
         assert!(fs::symlink_metadata(vol.join("a")).is_err());
         assert_eq!(fs::read_to_string(vol.join("c")).unwrap(), "3");
         // One data dir only: the old one is gone.
@@ -315,5 +335,17 @@ mod tests {
             })
             .count();
         assert_eq!(stamped, 1);
+
+        // fsGroup: group-owned and group-readable, whatever the mode asked.
+        use std::os::unix::fs::MetadataExt;
+        let shared = dir.0.join("shared");
+        let files = BTreeMap::from([("sub/key".to_owned(), file("k", 0o600))]);
+        assert!(write_atomically(&shared, &files, Some(4242)).unwrap());
+        let meta = fs::metadata(shared.join("sub/key")).unwrap();
+        assert_eq!(
+            (meta.gid(), meta.permissions().mode() & 0o777),
+            (4242, 0o640)
+        );
+        assert_eq!(fs::metadata(shared.join("..data/sub")).unwrap().gid(), 4242);
     }
 }
