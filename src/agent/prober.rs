@@ -444,7 +444,7 @@ fn insecure_tls() -> Arc<rustls::ClientConfig> {
     thread_local! {
         static CONFIG: Arc<rustls::ClientConfig> = {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let verifier = Arc::new(AnyCertificate(provider.clone()));
+            let verifier = Arc::new(crate::http::insecure::AnyServerCert::new(provider.clone()));
             let config = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .map(|b| {
@@ -462,57 +462,25 @@ fn insecure_tls() -> Arc<rustls::ClientConfig> {
     CONFIG.with(Arc::clone)
 }
 
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls_pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
-        _server_name: &rustls_pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls_pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// HTTP and TCP probes need no runtime; the pod is at `ip`.
+    fn http_target(ip: IpAddr) -> (Runtime, Target) {
+        let runtime = Runtime::new(
+            crate::config::RuntimeKind::Runc,
+            "runc".into(),
+            "/nonexistent".into(),
+        );
+        let target = Target {
+            container_id: "x".into(),
+            pod_ip: Some(ip),
+            netns: None,
+            scratch: PathBuf::new(),
+        };
+        (runtime, target)
+    }
 
     fn probe(action: ProbeAction) -> Probe {
         Probe {
@@ -657,17 +625,7 @@ mod tests {
                 },
                 ..probe(ProbeAction::Exec(vec![]))
             };
-            let runtime = Runtime::new(
-                crate::config::RuntimeKind::Runc,
-                "runc".into(),
-                "/nonexistent".into(),
-            );
-            let target = Target {
-                container_id: "x".into(),
-                pod_ip: Some(addr.ip()),
-                netns: None,
-                scratch: PathBuf::new(),
-            };
+            let (runtime, target) = http_target(addr.ip());
             assert_eq!(run(&runtime, &probe, &target).await, Outcome::Success);
             let request = server.await;
             assert!(
@@ -706,24 +664,10 @@ mod tests {
                     path: "/healthz".into(),
                     headers: vec![("X-Probe".into(), "yes".into())],
                 },
-                initial_delay: Duration::ZERO,
-                period: Duration::from_secs(10),
                 timeout: Duration::from_secs(2),
-                success_threshold: 1,
-                failure_threshold: 3,
-                termination_grace: None,
+                ..probe(ProbeAction::Exec(vec![]))
             };
-            let runtime = Runtime::new(
-                crate::config::RuntimeKind::Runc,
-                "runc".into(),
-                "/nonexistent".into(),
-            );
-            let target = Target {
-                container_id: "x".into(),
-                pod_ip: Some(addr.ip()),
-                netns: None,
-                scratch: PathBuf::new(),
-            };
+            let (runtime, target) = http_target(addr.ip());
             assert_eq!(run(&runtime, &probe, &target).await, Outcome::Success);
             assert_eq!(
                 run(&runtime, &probe, &target).await,

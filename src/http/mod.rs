@@ -2,6 +2,7 @@
 //! rustls (ring), a small keep-alive pool, redirects that never carry
 //! credentials to another host, and timeouts by progress.
 
+pub mod insecure;
 pub mod io;
 pub mod proxy;
 
