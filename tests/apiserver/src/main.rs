@@ -10,6 +10,7 @@ mod defaults;
 mod openapi;
 mod patch;
 mod pki;
+mod protobuf;
 mod proxy;
 mod resources;
 mod selectors;

@@ -25,10 +25,14 @@ use serde_json::{Value, json};
 use smol::Async;
 
 use crate::api::{Api, Query};
+use crate::protobuf;
 use crate::resources::Resource;
 use crate::status::{ApiError, ApiResult, success};
 use crate::store::{EventType, Watcher};
 use crate::table;
+
+/// kubectl's typed clients send this (and accept JSON back).
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = UnsyncBoxBody<Bytes, BodyError>;
@@ -317,16 +321,6 @@ impl Server {
                 .unwrap_or("")
                 .trim()
                 .to_owned();
-            if content_type == "application/vnd.kubernetes.protobuf" {
-                // Only JSON is implemented; protobuf clients (kubectl
-                // create's typed clients) get the real server's 415.
-                let e = ApiError::new(
-                    415,
-                    "UnsupportedMediaType",
-                    "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml",
-                );
-                return self.finish(method, path, raw_query, user, error_response(&e), 0);
-            }
             let body = match req.into_body().collect().await {
                 Ok(b) => b.to_bytes(),
                 Err(_) => Bytes::new(),
@@ -481,6 +475,16 @@ impl Server {
         let parse_body = || -> ApiResult<Value> {
             if body.is_empty() {
                 return Ok(json!({}));
+            }
+            if content_type == PROTOBUF {
+                return protobuf::decode(body).map_err(|e| match e {
+                    protobuf::ProtobufError::UnknownKind { .. } => ApiError::new(
+                        415,
+                        "UnsupportedMediaType",
+                        format!("{e}; send application/json"),
+                    ),
+                    _ => ApiError::bad_request(format!("error decoding the body: {e}")),
+                });
             }
             serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding the body: {e}")))

@@ -704,6 +704,67 @@ fn service_account_tokens() {
     );
 }
 
+#[test]
+fn kubectl_typed_commands_send_protobuf() {
+    let s = ApiServer::start();
+    s.kubectl_ok(&["create", "namespace", "edge"], None);
+    s.kubectl_ok(
+        &[
+            "create",
+            "configmap",
+            "settings",
+            "-n",
+            "edge",
+            "--from-literal=mode=fast",
+            "--from-literal=level=3",
+        ],
+        None,
+    );
+    s.kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "keys",
+            "-n",
+            "edge",
+            "--from-literal=api=s3cr3t",
+        ],
+        None,
+    );
+    s.kubectl_ok(&["create", "serviceaccount", "robot", "-n", "edge"], None);
+    let (code, cm) = s.call("GET", "/api/v1/namespaces/edge/configmaps/settings", None);
+    assert_eq!(code, 200, "{cm}");
+    assert_eq!(cm["data"], json!({"mode": "fast", "level": "3"}));
+    assert!(cm["metadata"]["uid"].is_string());
+    let (code, secret) = s.call("GET", "/api/v1/namespaces/edge/secrets/keys", None);
+    assert_eq!(code, 200, "{secret}");
+    assert_eq!(secret["data"]["api"], "czNjcjN0");
+    assert_eq!(secret["type"], "Opaque");
+    let (code, _) = s.call("GET", "/api/v1/namespaces/edge/serviceaccounts/robot", None);
+    assert_eq!(code, 200);
+    let token = s.kubectl_ok(
+        &[
+            "create",
+            "token",
+            "robot",
+            "-n",
+            "edge",
+            "--audience=edge-aud",
+            "--duration=20m",
+        ],
+        None,
+    );
+    let claims = jwt_claims(token.trim());
+    assert_eq!(claims["aud"], json!(["edge-aud"]));
+    let life = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
+    assert_eq!(life, 1200, "{claims}");
+    // The same name again: the real server's conflict, not a decoding error.
+    let (ok, _, err) = s.kubectl(&["create", "namespace", "edge"], None);
+    assert!(!ok);
+    assert!(err.contains("AlreadyExists"), "{err}");
+}
+
 fn csr_object(s: &ApiServer, name: &str) -> Value {
     use base64::Engine;
     let key = s.dir.join(format!("{name}.key"));
@@ -777,16 +838,18 @@ fn certificate_signing_requests_approved_then_signed() {
     assert_eq!(created["spec"]["username"], "admin-token");
     assert!(created["status"].get("certificate").is_none());
     assert!(s.kubectl_ok(&["get", "csr"], None).contains("Pending"));
-    // What `kubectl certificate approve` sends (kubectl itself encodes it
-    // as protobuf, which this server does not read: see the README).
-    let mut approval = created.clone();
-    approval["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "KubectlApprove", "message": "approved"}]});
+    // kubectl sends the approval as protobuf.
+    s.kubectl_ok(&["certificate", "approve", "node-csr"], None);
     let (code, approved) = s.call(
-        "PUT",
-        "/apis/certificates.k8s.io/v1/certificatesigningrequests/node-csr/approval",
-        Some(("application/json", &approval)),
+        "GET",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests/node-csr",
+        None,
     );
     assert_eq!(code, 200, "{approved}");
+    assert_eq!(
+        approved["status"]["conditions"][0]["reason"],
+        "KubectlApprove"
+    );
     let subject = verify_certificate(&s, &approved);
     assert!(subject.contains("system:node:edge-1"), "{subject}");
     assert!(s.kubectl_ok(&["get", "csr"], None).contains("Approved"));
