@@ -57,6 +57,8 @@ fn main() -> ExitCode {
         "pods" => cmd_pods(parser),
         "logs" => cmd_logs(parser),
         "monitor" => cmd_monitor(parser),
+        // Internal, like monitor: PID 1 of pods with shareProcessNamespace.
+        "pause" => nanolet::runtime::pause::run().map_err(Into::into),
         "version" | "--version" => {
             println!("nanolet {}", env!("CARGO_PKG_VERSION"));
             Ok(())

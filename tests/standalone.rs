@@ -1346,6 +1346,67 @@ spec:
 }
 
 #[test]
+fn shared_process_namespace_has_pause_as_pid_1_and_outlives_its_loss() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    let looker = "sleep 1; echo pid1=$(tr '\\0' ' ' < /proc/1/cmdline); ps -o pid,args; sleep 3600";
+    agent.write_manifest(
+        "shared.yaml",
+        &pod_yaml(
+            "shared",
+            "  shareProcessNamespace: true\n  terminationGracePeriodSeconds: 1\n",
+            &format!(
+                "  - name: worker\n    image: {image}\n    command: [sleep, '4242']\n  - name: looker\n    image: {image}\n    command: [sh, -c, {looker:?}]\n"
+            ),
+        ),
+    );
+    agent.wait_running("shared");
+    let sees_both = |a: &Agent| {
+        let logs = a.logs("default/shared", Some("looker"));
+        (logs.contains("pid1=") && logs.contains("sleep 4242")).then_some(logs)
+    };
+    let logs = agent.wait_for("the looker's view of the pod", T, sees_both);
+    // PID 1 is the pod's pause, and the other container's process is seen.
+    assert!(logs.contains("pause"), "{logs}");
+    let uid = agent.record("shared").unwrap()["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ns = agent.state.join(format!("pods/{uid}/ns"));
+    let pause_pid = || -> i32 {
+        fs::read_to_string(ns.join("pid.pause"))
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let first = pause_pid();
+    assert!(first > 0);
+
+    // Killing the pause kills the pod's processes with it; the pod comes
+    // back in a new namespace under a new pause.
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    agent.wait_for("the containers restarted under a new pause", T, |a| {
+        let second = pause_pid();
+        (second != 0 && second != first && restarts(a, "shared", "worker") >= 1).then_some(())
+    });
+    agent.wait_running("shared");
+
+    let second = pause_pid();
+    agent.remove_manifest("shared.yaml");
+    agent.wait_for("the pod gone", T, |a| {
+        a.record("shared").is_none().then_some(())
+    });
+    // Gone, or a zombie left for whoever reaps orphans here.
+    agent.wait_for("the pause gone with its pod", T, |_| {
+        let stat = fs::read_to_string(format!("/proc/{second}/stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        (stat.is_empty() || state.starts_with('Z')).then_some(())
+    });
+}
+
+#[test]
 fn check_reports_what_the_node_offers() {
     let dir = common::TempDir::new("nanolet-check");
     let cni = dir.path().join("cni");

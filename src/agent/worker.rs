@@ -386,7 +386,15 @@ impl Worker {
         // The sandbox is there; reading it back gives the pod its IPs (and
         // CHECKs its network) for status and probes.
         if adopted_running {
-            match sandbox::create(&self.pod, &self.dir, &self.cluster_dns(), &self.ctx.cni).await {
+            match sandbox::create(
+                &self.pod,
+                &self.dir,
+                &self.cluster_dns(),
+                &self.ctx.cni,
+                &self.ctx.monitor.executable,
+            )
+            .await
+            {
                 Ok(paths) => self.paths = Some(paths),
                 Err(e) => log::warn!("pod {}: sandbox: {e}", self.pod.full_name()),
             }
@@ -754,6 +762,13 @@ impl Worker {
     }
 
     async fn ensure_sandbox(&mut self) -> bool {
+        // A killed pause took the pod's processes and its PID namespace.
+        if self.pod.share_process_namespace
+            && self.paths.is_some()
+            && !crate::runtime::pause::alive(&self.dir.join("ns"))
+        {
+            self.paths = None;
+        }
         if self.paths.is_some() && self.monitor.is_some() {
             return true;
         }
@@ -766,9 +781,15 @@ impl Worker {
                 .map_err(|e| e.to_string())?;
             if self.paths.is_none() {
                 self.paths = Some(
-                    sandbox::create(&self.pod, &self.dir, &self.cluster_dns(), &self.ctx.cni)
-                        .await
-                        .map_err(|e| e.to_string())?,
+                    sandbox::create(
+                        &self.pod,
+                        &self.dir,
+                        &self.cluster_dns(),
+                        &self.ctx.cni,
+                        &self.ctx.monitor.executable,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?,
                 );
             }
             if self.monitor.is_none() {

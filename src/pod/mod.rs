@@ -85,6 +85,8 @@ pub struct Pod {
     /// With `subdomain`, the pod's FQDN in /etc/hosts.
     pub subdomain: Option<String>,
     pub host_pid: bool,
+    /// `shareProcessNamespace`: one PID namespace for all containers.
+    pub share_process_namespace: bool,
     pub host_ipc: bool,
     pub hostname: String,
     pub run_as_user: Option<u32>,

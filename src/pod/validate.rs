@@ -601,8 +601,12 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             "must not be negative",
         ));
     }
-    if spec.share_process_namespace == Some(true) {
-        return Err(unsupported("spec.shareProcessNamespace=true"));
+    let share_process_namespace = spec.share_process_namespace.unwrap_or(false);
+    if share_process_namespace && spec.host_pid == Some(true) {
+        return Err(invalid(
+            "spec.shareProcessNamespace",
+            "ShareProcessNamespace and HostPID cannot both be enabled",
+        ));
     }
     let host_network = spec.host_network.unwrap_or(false);
     let image_pull_secrets: Vec<String> = spec
@@ -784,6 +788,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         host_aliases,
         subdomain,
         host_pid: spec.host_pid.unwrap_or(false),
+        share_process_namespace,
         host_ipc: spec.host_ipc.unwrap_or(false),
         hostname,
         run_as_user,
@@ -1580,7 +1585,8 @@ mod tests {
         assert!(c(json!({"resources": {"limits": {"nvidia.com/gpu": "1"}}})).is_err());
         assert!(c(json!({"resources": {"limits": {"memory": "lots"}}})).is_err());
         assert!(c(json!({"volumeMounts": [{"name": "x", "mountPath": "/x"}]})).is_err());
-        assert!(validate(&pod(json!({"containers": [{"name": "c", "image": "b"}], "shareProcessNamespace": true})), "f", "u").is_err());
+        assert!(validate(&pod(json!({"containers": [{"name": "c", "image": "b"}], "shareProcessNamespace": true, "hostPID": true})), "f", "u").is_err());
+        assert!(validate(&pod(json!({"containers": [{"name": "c", "image": "b"}], "shareProcessNamespace": true})), "f", "u").unwrap().share_process_namespace);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod cni;
 pub mod monitor_client;
+pub mod pause;
 pub mod protocol;
 pub mod runc;
 pub mod sandbox;

@@ -1,5 +1,6 @@
 //! The pod sandbox without a pause container: the pod's shared network, UTS
-//! and IPC namespaces live on as bind mounts under the pod's state dir, and
+//! and IPC namespaces live on as bind mounts under the pod's state dir (a
+//! shared PID namespace needs a process: see `pause`), and
 //! the pod's /etc/hosts, /etc/resolv.conf, /etc/hostname and volumes are
 //! prepared there. Creation and teardown are idempotent, so either may be
 //! repeated after a crash.
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use nix::sched::{CloneFlags, unshare};
 
 use super::cni::{self, Attachment, Cni, CniError};
+use super::pause;
 use super::spec::PodPaths;
 use crate::mount::{self, MountError};
 use crate::pod::{DnsConfig, DnsPolicy, HostPathKind, Pod, VolumeSource};
@@ -174,6 +176,7 @@ pub async fn create(
     pod_dir: &Path,
     dns: &ClusterDns,
     network: &Cni,
+    executable: &Path,
 ) -> Result<PodPaths, SandboxError> {
     let ns_dir = pod_dir.join("ns");
     fs::create_dir_all(&ns_dir).map_err(io_at(&ns_dir))?;
@@ -188,6 +191,9 @@ pub async fn create(
         make_namespaces(ns_dir.clone(), pod.hostname.clone(), missing).await?;
     }
     let ns_path = |kind: &str| kinds.contains(&kind).then(|| ns_dir.join(kind));
+    if pod.share_process_namespace {
+        pause::ensure(&ns_dir, executable).await?;
+    }
     let pod_ips = match ns_path("net") {
         Some(netns) => attach(pod, pod_dir, network, netns, new_net).await?,
         None => Vec::new(),
@@ -274,6 +280,7 @@ pub async fn create(
         net_ns: ns_path("net"),
         uts_ns: ns_path("uts"),
         ipc_ns: ns_path("ipc"),
+        pid_ns: pod.share_process_namespace.then(|| ns_dir.join("pid")),
         hosts,
         resolv_conf,
         hostname,
@@ -476,6 +483,7 @@ pub async fn teardown(pod_dir: &Path, network: &Cni) -> Result<(), SandboxError>
         // The pod's dir goes; its attachment's record must not.
         Err(e) => network.park(pod_dir).and(Err(e)),
     };
+    pause::stop(&pod_dir.join("ns"))?;
     for kind in ["net", "uts", "ipc"] {
         let path = pod_dir.join("ns").join(kind);
         mount::unmount(&path)?;

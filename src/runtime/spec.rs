@@ -425,6 +425,8 @@ pub struct PodPaths {
     pub net_ns: Option<PathBuf>,
     pub uts_ns: Option<PathBuf>,
     pub ipc_ns: Option<PathBuf>,
+    /// The PID namespace of `nanolet pause`, with shareProcessNamespace.
+    pub pid_ns: Option<PathBuf>,
     pub hosts: PathBuf,
     pub resolv_conf: PathBuf,
     pub hostname: PathBuf,
@@ -718,7 +720,7 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
     if !pod.host_pid {
         namespaces.push(Namespace {
             kind: "pid",
-            path: None,
+            path: paths.pid_ns.clone(),
         });
     }
     let shared = [

@@ -1,0 +1,144 @@
+//! The one process a pod with `shareProcessNamespace` needs beyond its
+//! containers. Net, UTS and IPC namespaces outlive their processes as bind
+//! mounts, but a PID namespace dies with its init: every container of such a
+//! pod joins the namespace of `nanolet pause`, which is its PID 1, reaps
+//! what gets reparented to it and otherwise sleeps, as upstream's pause
+//! container does. Its namespace is bind-mounted at `ns/pid` (the path the
+//! OCI specs name) and its host pid kept in `ns/pid.pause`.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Stdio;
+
+use futures_lite::{AsyncBufReadExt, io::BufReader};
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::{ForkResult, Pid, fork, setsid};
+
+use super::sandbox::SandboxError;
+use crate::mount;
+
+const NAMESPACE: &str = "pid";
+const PID_FILE: &str = "pid.pause";
+
+/// Entry point of `nanolet pause`: prints the host pid of the namespace's
+/// init and leaves it running. Must run before any thread is started.
+pub fn run() -> io::Result<()> {
+    unshare(CloneFlags::CLONE_NEWPID).map_err(io::Error::from)?;
+    // Safety: `nanolet pause` is single-threaded.
+    let child = match unsafe { fork() }.map_err(io::Error::from)? {
+        ForkResult::Parent { child } => child,
+        ForkResult::Child => init(),
+    };
+    println!("{child}");
+    Ok(())
+}
+
+/// PID 1 of the pod: signals without a handler do not reach an init from
+/// inside its namespace, so only the agent's SIGKILL (or a SIGTERM from the
+/// host) ends it.
+fn init() -> ! {
+    let _ = setsid();
+    let _ = std::env::set_current_dir("/");
+    if let Ok(null) = fs::File::options().read(true).write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdin(&null);
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
+    }
+    let mut signals = SigSet::empty();
+    for signal in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT] {
+        signals.add(signal);
+    }
+    let _ = signals.thread_block();
+    loop {
+        match signals.wait() {
+            Ok(Signal::SIGCHLD) => {
+                while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                    if status == nix::sys::wait::WaitStatus::StillAlive {
+                        break;
+                    }
+                }
+            }
+            Ok(Signal::SIGTERM | Signal::SIGINT) => std::process::exit(0),
+            _ => {}
+        }
+    }
+}
+
+/// Makes sure the pod's PID namespace is held by a live `nanolet pause`,
+/// starting one when there is none (a new pod, a reboot, or a pause that
+/// was killed, which took the pod's processes with it).
+pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<(), SandboxError> {
+    if alive(ns_dir) {
+        return Ok(());
+    }
+    let target = ns_dir.join(NAMESPACE);
+    mount::unmount(&target)?;
+    let fail = |message: String| SandboxError::Namespace(format!("pause: {message}"));
+    let mut child = async_process::Command::new(executable)
+        .arg("pause")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| fail(format!("{}: {e}", executable.display())))?;
+    let mut line = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    let status = child.status().await.map_err(|e| fail(e.to_string()))?;
+    let pid: i32 = line
+        .trim()
+        .parse()
+        .map_err(|_| fail(format!("exited with {status} and no pid")))?;
+    fs::File::create(&target).map_err(|source| SandboxError::Io {
+        path: target.clone(),
+        source,
+    })?;
+    let bound = mount::bind(Path::new(&format!("/proc/{pid}/ns/pid")), &target);
+    let recorded = bound.map_err(SandboxError::from).and_then(|()| {
+        let file = ns_dir.join(PID_FILE);
+        fs::write(&file, pid.to_string()).map_err(|source| SandboxError::Io { path: file, source })
+    });
+    if recorded.is_err() {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = mount::unmount(&target);
+    }
+    recorded
+}
+
+/// Whether the recorded pause still holds the mounted namespace: the pid
+/// alone could have been reused (after a reboot, say).
+pub fn alive(ns_dir: &Path) -> bool {
+    holder(ns_dir).is_some()
+}
+
+fn holder(ns_dir: &Path) -> Option<Pid> {
+    let pid: i32 = fs::read_to_string(ns_dir.join(PID_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let mounted = fs::metadata(ns_dir.join(NAMESPACE)).ok()?;
+    let held = fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
+    (mounted.dev() == held.dev() && mounted.ino() == held.ino()).then(|| Pid::from_raw(pid))
+}
+
+/// Ends the pod's PID namespace: the kernel kills whatever is left in it
+/// with its init. Safe to repeat.
+pub fn stop(ns_dir: &Path) -> Result<(), SandboxError> {
+    if let Some(pid) = holder(ns_dir) {
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+    let target = ns_dir.join(NAMESPACE);
+    mount::unmount(&target)?;
+    let _ = fs::remove_file(&target);
+    let _ = fs::remove_file(ns_dir.join(PID_FILE));
+    Ok(())
+}
