@@ -189,6 +189,24 @@ impl Api {
         let (labels, fields) = label_and_field(resource, query)?;
         let store = self.store.borrow();
         let rv = store.current_rv();
+        // A list at least as new as the given version: always true of the
+        // store, unless the version is from the future.
+        if let Some(wanted) = query
+            .get("resourceVersion")
+            .filter(|v| !v.is_empty() && v.as_str() != "0")
+        {
+            let wanted: u64 = wanted.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid resource version: {wanted}"))
+            })?;
+            if wanted > rv {
+                return Err(ApiError::new(
+                    504,
+                    "Timeout",
+                    format!("Timeout: Too large resource version: {wanted}, current: {rv}"),
+                ));
+            }
+        }
+        let oldest = store.oldest_rv();
         let mut items: Vec<Value> = store
             .list(&resource.id(), namespace)
             .into_iter()
@@ -204,6 +222,13 @@ impl Api {
                 .ok_or_else(|| {
                     ApiError::bad_request("continue key is not valid: illegal base64 data")
                 })?;
+            // Tokens are consistent reads at their version, which the real
+            // server can serve until etcd compacts it away.
+            if decoded["rv"].as_u64().is_some_and(|at| at < oldest) {
+                return Err(ApiError::gone(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ));
+            }
             let start = decoded["start"].as_str().unwrap_or("").to_owned();
             items.retain(|o| sort_key(o) > start);
         }

@@ -248,7 +248,21 @@ fn segments(path: &str) -> Vec<&str> {
 }
 
 impl Server {
+    /// The user of a request, with `system:authenticated` among its groups
+    /// as the real server's authenticators add it.
     fn authenticate(&self, req: &Request<Incoming>, cert_user: Option<User>) -> Option<User> {
+        let mut user = self.authenticate_by_token_or(req, cert_user)?;
+        if !user.groups.iter().any(|g| g == "system:authenticated") {
+            user.groups.push("system:authenticated".into());
+        }
+        Some(user)
+    }
+
+    fn authenticate_by_token_or(
+        &self,
+        req: &Request<Incoming>,
+        cert_user: Option<User>,
+    ) -> Option<User> {
         if let Some(token) = req
             .headers()
             .get(http::header::AUTHORIZATION)
@@ -607,7 +621,6 @@ impl Server {
                     groups: vec![
                         "system:serviceaccounts".into(),
                         format!("system:serviceaccounts:{ns}"),
-                        "system:authenticated".into(),
                     ],
                 };
                 self.tokens

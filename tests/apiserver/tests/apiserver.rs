@@ -1137,3 +1137,414 @@ fn responses_match_the_documented_ones() {
         s.watch("/api/v1/namespaces/default/pods?watch=1&resourceVersion=2&timeoutSeconds=2");
     same_shape(&events[0], &fixture("watch-expired.json"), "", &["message"]);
 }
+
+#[test]
+fn https_only_groups_from_certificates_and_discovery() {
+    let s = ApiServer::start();
+    // Plain HTTP on the HTTPS port gets nothing served.
+    let plain = s.url.replacen("https://", "http://", 1);
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "5", "-w", "\n%{http_code}"])
+        .arg(format!("{plain}/version"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains("gitVersion") && !text.ends_with("200"),
+        "{text}"
+    );
+
+    // A client certificate's O entries are the user's groups: a node's
+    // CSR records them as its requester's.
+    let config = Command::new(env!("CARGO_BIN_EXE_test-apiserver"))
+        .args(["node-kubeconfig", "edge-1", "--dir"])
+        .arg(&s.dir)
+        .output()
+        .unwrap();
+    let node_config = s.dir.join("node.kubeconfig");
+    std::fs::write(&node_config, &config.stdout).unwrap();
+    let mut kubectl = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&node_config)
+        .args(["create", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    kubectl
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(csr_object(&s, "from-node").to_string().as_bytes())
+        .unwrap();
+    let out = kubectl.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, csr) = s.call(
+        "GET",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests/from-node",
+        None,
+    );
+    assert_eq!(csr["spec"]["username"], "system:node:edge-1");
+    let groups = csr["spec"]["groups"].as_array().unwrap();
+    assert!(groups.contains(&json!("system:nodes")), "{csr}");
+    assert!(groups.contains(&json!("system:authenticated")), "{csr}");
+
+    // Discovery as kubectl reads it.
+    let (code, version) = s.call_as(None, "GET", "/version", None);
+    assert_eq!(code, 200);
+    assert_eq!(version["major"], "1");
+    assert!(
+        version["gitVersion"].as_str().unwrap().starts_with("v1."),
+        "{version}"
+    );
+    let (_, api) = s.call("GET", "/api", None);
+    assert_eq!(api["kind"], "APIVersions");
+    assert_eq!(api["versions"], json!(["v1"]));
+    let resources = |path: &str| -> Vec<Value> {
+        let (code, list) = s.call("GET", path, None);
+        assert_eq!(code, 200, "{path}: {list}");
+        assert_eq!(list["kind"], "APIResourceList");
+        list["resources"].as_array().unwrap().clone()
+    };
+    let core = resources("/api/v1");
+    let find = |list: &[Value], name: &str| -> Value {
+        list.iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in discovery"))
+            .clone()
+    };
+    let pods = find(&core, "pods");
+    assert_eq!(pods["kind"], "Pod");
+    assert_eq!(pods["namespaced"], true);
+    assert!(pods["verbs"].as_array().unwrap().contains(&json!("watch")));
+    for sub in [
+        "pods/status",
+        "pods/log",
+        "nodes/status",
+        "nodes/proxy",
+        "serviceaccounts/token",
+    ] {
+        find(&core, sub);
+    }
+    assert_eq!(find(&core, "nodes")["namespaced"], false);
+    let (_, groups) = s.call("GET", "/apis", None);
+    assert_eq!(groups["kind"], "APIGroupList");
+    for group in [
+        "coordination.k8s.io",
+        "certificates.k8s.io",
+        "events.k8s.io",
+    ] {
+        let entry = groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == group)
+            .unwrap_or_else(|| panic!("{group} not in /apis"))
+            .clone();
+        assert_eq!(entry["preferredVersion"]["version"], "v1");
+    }
+    find(&resources("/apis/coordination.k8s.io/v1"), "leases");
+    find(
+        &resources("/apis/certificates.k8s.io/v1"),
+        "certificatesigningrequests/approval",
+    );
+    let (code, openapi) = s.call("GET", "/openapi/v3", None);
+    assert_eq!(code, 200);
+    assert!(openapi["paths"]["api/v1"].is_object(), "{openapi}");
+
+    // -o yaml, the other output kubectl users reach for.
+    s.kubectl_ok(&["apply", "-f", "-"], Some(POD));
+    let yaml = s.kubectl_ok(&["get", "pod", "web", "-o", "yaml"], None);
+    assert!(yaml.contains("kind: Pod\n"), "{yaml}");
+    assert!(yaml.contains("  name: web\n"), "{yaml}");
+    assert!(yaml.contains("restartPolicy: Always"), "{yaml}");
+}
+
+#[test]
+fn one_resource_version_counter_timestamps_and_list_versions() {
+    let s = ApiServer::start();
+    let before = jiff_like_now();
+    let (_, cm) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(("application/json", &configmap("first", json!({})))),
+    );
+    let (_, ns) = s.call(
+        "POST",
+        "/api/v1/namespaces",
+        Some((
+            "application/json",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "second"}}),
+        )),
+    );
+    // One counter across kinds: the namespace's write (and the writes its
+    // creation causes) come after the ConfigMap's.
+    assert!(rv(&ns) > rv(&cm), "{cm} {ns}");
+    let (_, list) = s.call("GET", "/api/v1/configmaps", None);
+    assert!(rv(&list) >= rv(&ns), "a list is as new as the last write");
+    let (_, namespaces) = s.call("GET", "/api/v1/namespaces", None);
+    assert_eq!(rv(&namespaces), rv(&list), "lists of any kind: one version");
+    // creationTimestamp: RFC 3339 in seconds, set by the server, now.
+    let created = cm["metadata"]["creationTimestamp"].as_str().unwrap();
+    assert_eq!(created.len(), "2026-01-01T00:00:00Z".len(), "{created}");
+    assert!(created.ends_with('Z'));
+    assert!(created[..19] >= before[..19], "{created} before {before}");
+
+    // A list at a version: as new as that or newer; from the future: 504.
+    let at = rv(&list);
+    let (code, _) = s.call(
+        "GET",
+        &format!("/api/v1/configmaps?resourceVersion={at}"),
+        None,
+    );
+    assert_eq!(code, 200);
+    let (code, _) = s.call("GET", "/api/v1/configmaps?resourceVersion=0", None);
+    assert_eq!(code, 200);
+    let (code, status) = s.call(
+        "GET",
+        &format!("/api/v1/configmaps?resourceVersion={}", at + 1000),
+        None,
+    );
+    assert_eq!(code, 504, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("Too large resource version"),
+        "{status}"
+    );
+    // A continue token outlives writes, not a compaction after them.
+    let (_, page) = s.call("GET", "/api/v1/configmaps?limit=1", None);
+    let token = page["metadata"]["continue"].as_str().unwrap().to_owned();
+    let next = format!("/api/v1/configmaps?limit=1&continue={token}");
+    assert_eq!(s.call("GET", &next, None).0, 200);
+    s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(("application/json", &configmap("third", json!({})))),
+    );
+    s.admin("POST", "/compact");
+    let (code, status) = s.call("GET", &next, None);
+    assert_eq!(code, 410, "{status}");
+    assert_eq!(status["reason"], "Expired");
+}
+
+#[test]
+fn pod_field_selectors_over_http() {
+    let s = ApiServer::start();
+    let pod = |name: &str, ns: &str, node: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox:1.36"}]}})
+    };
+    for (name, ns, node) in [
+        ("a", "default", "edge-1"),
+        ("b", "default", "edge-2"),
+        ("c", "kube-system", "edge-1"),
+    ] {
+        let (code, body) = s.call(
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            Some(("application/json", &pod(name, ns, node))),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    let (code, body) = s.call(
+        "PATCH",
+        "/api/v1/namespaces/default/pods/a/status",
+        Some((
+            "application/merge-patch+json",
+            &json!({"status": {"phase": "Running"}}),
+        )),
+    );
+    assert_eq!(code, 200, "{body}");
+    let names = |query: &str| -> Vec<String> {
+        let (code, list) = s.call("GET", &format!("/api/v1/pods?fieldSelector={query}"), None);
+        assert_eq!(code, 200, "{query}: {list}");
+        let mut names: Vec<String> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names("spec.nodeName%3Dedge-1"), ["a", "c"]);
+    assert_eq!(names("metadata.namespace%3Dkube-system"), ["c"]);
+    assert_eq!(names("status.phase%3DRunning"), ["a"]);
+    assert_eq!(
+        names("status.phase!%3DRunning,spec.nodeName%3Dedge-1"),
+        ["c"]
+    );
+    assert_eq!(names("metadata.name%3Db"), ["b"]);
+}
+
+#[test]
+fn scheduling_by_node_selector_and_a_lease_that_goes_stale() {
+    let s = ApiServer::start_with(&["--node-grace", "2"]);
+    let now = jiff_like_now();
+    for (name, zone) in [("edge-a", "north"), ("edge-b", "south")] {
+        let mut node = ready_node(name);
+        node["metadata"]["labels"]["zone"] = zone.into();
+        s.call("POST", "/api/v1/nodes", Some(("application/json", &node)));
+        let (code, _) = s.call(
+            "PUT",
+            &format!("/api/v1/nodes/{name}/status"),
+            Some(("application/json", &node)),
+        );
+        assert_eq!(code, 200);
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 2, "renewTime": now}});
+        let (code, _) = s.call(
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+            Some(("application/json", &lease)),
+        );
+        assert_eq!(code, 201);
+    }
+    // Two Ready nodes: the selector decides.
+    s.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&POD.replace("spec:\n", "spec:\n  nodeSelector: {zone: south}\n")),
+    );
+    let (_, pod) = s.call("GET", "/api/v1/namespaces/default/pods/web", None);
+    assert_eq!(pod["spec"]["nodeName"], "edge-b");
+    // edge-a keeps renewing; edge-b's Lease goes stale. The lifecycle runs
+    // on its own timer here, without the admin trigger.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ready_of = |name: &str| -> String {
+        let (_, node) = s.call("GET", &format!("/api/v1/nodes/{name}"), None);
+        node["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()["status"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    loop {
+        let renewed = json!({"spec": {"renewTime": jiff_like_now()}});
+        let (code, _) = s.call(
+            "PATCH",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-a",
+            Some(("application/merge-patch+json", &renewed)),
+        );
+        assert_eq!(code, 200);
+        if ready_of("edge-b") == "Unknown" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "edge-b never went NotReady");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(ready_of("edge-a"), "True");
+}
+
+#[test]
+fn admin_closes_watches_hangs_requests_and_records_bytes() {
+    let s = ApiServer::start();
+    // A watch that would last a minute ends when the admin closes watches.
+    let mut watch = Command::new("curl")
+        .args(["-s", "-N", "--max-time", "60", "--cacert"])
+        .arg(s.dir.join("ca.crt"))
+        .args(["-H", &format!("Authorization: Bearer {}", s.token)])
+        .arg(format!(
+            "{}/api/v1/pods?watch=true&timeoutSeconds=60",
+            s.url
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    s.admin("POST", "/close-watches");
+    let ended = loop {
+        if let Some(status) = watch.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(ended.is_some(), "the watch outlived close-watches");
+
+    // status=0: the next request hangs until the client gives up.
+    s.admin("POST", "/fail?count=1&status=0");
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "2", "-o", "/dev/null", "--cacert"])
+        .arg(s.dir.join("ca.crt"))
+        .args(["-H", &format!("Authorization: Bearer {}", s.token)])
+        .arg(format!("{}/api/v1/pods", s.url))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(28), "curl's timeout exit code");
+    assert_eq!(s.call("GET", "/api/v1/pods", None).0, 200);
+
+    // The record: method, path, query, user, status and bytes both ways.
+    s.admin("DELETE", "/requests");
+    let body = configmap("counted", json!({}));
+    let (code, created) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps?fieldManager=test",
+        Some(("application/json", &body)),
+    );
+    assert_eq!(code, 201);
+    let requests: Value = serde_json::from_str(&s.admin("GET", "/requests")).unwrap();
+    let record = requests
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["method"] == "POST")
+        .unwrap()
+        .clone();
+    assert_eq!(record["path"], "/api/v1/namespaces/default/configmaps");
+    assert_eq!(record["query"], "fieldManager=test");
+    assert_eq!(record["user"], "admin-token");
+    assert_eq!(record["status"], 201);
+    assert_eq!(record["request_bytes"], body.to_string().len());
+    assert_eq!(record["response_bytes"], created.to_string().len());
+}
+
+#[test]
+fn events_k8s_io_events_read_back() {
+    let s = ApiServer::start();
+    let now = jiff_like_now();
+    let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "web.1", "namespace": "default"},
+        "eventTime": now, "reportingController": "nanolet", "reportingInstance": "edge-1",
+        "action": "Started", "reason": "Started", "type": "Normal", "note": "Started container c",
+        "regarding": {"kind": "Pod", "namespace": "default", "name": "web"}});
+    let (code, created) = s.call(
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        Some(("application/json", &event)),
+    );
+    assert_eq!(code, 201, "{created}");
+    let (code, read) = s.call(
+        "GET",
+        "/apis/events.k8s.io/v1/namespaces/default/events/web.1",
+        None,
+    );
+    assert_eq!(code, 200);
+    assert_eq!(read["note"], "Started container c");
+    assert_eq!(read["regarding"]["name"], "web");
+    let (code, list) = s.call(
+        "GET",
+        "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=regarding.name%3Dweb",
+        None,
+    );
+    assert_eq!(code, 200);
+    assert_eq!(list["kind"], "EventList");
+    assert_eq!(list["items"][0]["metadata"]["name"], "web.1", "{list}");
+}
