@@ -6,6 +6,7 @@ pub mod admission;
 pub mod api_source;
 pub mod checkpoint;
 pub mod events;
+pub mod grpc_health;
 pub mod mirror;
 pub mod node;
 pub mod objects;

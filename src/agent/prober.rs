@@ -195,7 +195,7 @@ impl ProbeTracker {
 }
 
 /// Upstream's User-Agent, so servers can tell probes from users.
-const USER_AGENT: &str = "kube-probe/1.32";
+pub(super) const USER_AGENT: &str = "kube-probe/1.32";
 
 pub async fn run(runtime: &Runtime, probe: &Probe, target: &Target) -> Outcome {
     match &probe.action {
@@ -256,6 +256,13 @@ pub async fn run(runtime: &Runtime, probe: &Probe, target: &Target) -> Outcome {
                 } else {
                     Err(format!("HTTP probe failed with statuscode: {status}"))
                 }
+            };
+            within(probe.timeout, exchange).await
+        }
+        ProbeAction::Grpc { port, service } => {
+            let exchange = async {
+                let (stream, authority) = connect(target, None, *port).await?;
+                super::grpc_health::check(stream, &authority, service).await
             };
             within(probe.timeout, exchange).await
         }
@@ -677,6 +684,87 @@ mod tests {
             // Nothing listens any more: refused.
             let refused = run(&runtime, &probe, &target).await;
             assert!(matches!(refused, Outcome::Failure(m) if m.contains("dial tcp")));
+        });
+    }
+
+    /// A gRPC server of gRPC's own (Python) implementation, killed on drop.
+    struct GrpcServer {
+        child: std::process::Child,
+        port: u16,
+    }
+
+    impl GrpcServer {
+        fn start(mode: &str) -> GrpcServer {
+            use std::io::BufRead;
+            let script = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/grpc_health_server.py"
+            );
+            let mut child = std::process::Command::new("/usr/bin/python3")
+                .args([script, mode])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("python3 (scripts/install-deps.sh installs python3-grpcio)");
+            let mut line = String::new();
+            std::io::BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            let port = line.trim().parse().expect("the server's port");
+            GrpcServer { child, port }
+        }
+    }
+
+    impl Drop for GrpcServer {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    #[test]
+    fn grpc_probe_speaks_the_health_protocol() {
+        let health = GrpcServer::start("health");
+        let bare = GrpcServer::start("bare");
+        crate::rt::block_on(async {
+            let (runtime, target) = http_target(IpAddr::V4(Ipv4Addr::LOCALHOST));
+            let grpc = |port: u16, service: &str| Probe {
+                timeout: Duration::from_secs(5),
+                ..probe(ProbeAction::Grpc {
+                    port,
+                    service: service.into(),
+                })
+            };
+            for service in ["", "ok"] {
+                assert_eq!(
+                    run(&runtime, &grpc(health.port, service), &target).await,
+                    Outcome::Success,
+                    "service {service:?}"
+                );
+            }
+            assert_eq!(
+                run(&runtime, &grpc(health.port, "down"), &target).await,
+                Outcome::Failure("service unhealthy (responded with \"NOT_SERVING\")".into())
+            );
+            let unknown = run(&runtime, &grpc(health.port, "other"), &target).await;
+            assert!(
+                matches!(&unknown, Outcome::Failure(m) if m.contains("code = 5")),
+                "{unknown:?}"
+            );
+            let unimplemented = run(&runtime, &grpc(bare.port, ""), &target).await;
+            assert!(
+                matches!(&unimplemented, Outcome::Failure(m) if m.contains("does not implement the grpc health protocol")),
+                "{unimplemented:?}"
+            );
+            // Not a gRPC server at all: an HTTP/1 one that closes at once.
+            let listener = Async::<std::net::TcpListener>::bind(([127, 0, 0, 1], 0)).unwrap();
+            let port = listener.get_ref().local_addr().unwrap().port();
+            let server = crate::rt::spawn(async move {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+            });
+            let garbage = run(&runtime, &grpc(port, ""), &target).await;
+            assert!(matches!(garbage, Outcome::Failure(_)), "{garbage:?}");
+            server.await;
         });
     }
 }

@@ -42,6 +42,8 @@ pub enum ProbeAction {
     },
     /// A TCP connection that opens is success.
     Tcp { host: Option<String>, port: u16 },
+    /// gRPC's health check on the pod IP; SERVING is success.
+    Grpc { port: u16, service: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,6 +209,21 @@ fn convert(
         actions.push(ProbeAction::Tcp {
             host: tcp.host.clone().filter(|h| !h.is_empty()),
             port: port(&format!("{field}.tcpSocket.port"), &tcp.port, ports)?,
+        });
+    }
+    if let Some(grpc) = &p.grpc {
+        let port = u16::try_from(grpc.port)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                invalid(
+                    format!("{field}.grpc.port"),
+                    "must be between 1 and 65535, inclusive",
+                )
+            })?;
+        actions.push(ProbeAction::Grpc {
+            port,
+            service: grpc.service.clone().unwrap_or_default(),
         });
     }
     if actions.len() != 1 {

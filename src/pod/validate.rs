@@ -276,8 +276,8 @@ const HANDLER: &[(&str, Shape)] = &[
     ("sleep", Object(&[("seconds", Leaf)])),
 ];
 
-/// gRPC probes are not here: they are refused by name.
 const PROBE: &[(&str, Shape)] = &[
+    ("grpc", Object(&[("port", Leaf), ("service", Leaf)])),
     ("exec", Object(&[("command", Any)])),
     ("httpGet", Object(HTTP_GET)),
     ("tcpSocket", Object(&[("port", Leaf), ("host", Leaf)])),
@@ -1503,14 +1503,14 @@ mod tests {
     #[test]
     fn unsupported_field_is_named() {
         let err = validate(
-            &pod(json!({"containers": [{"name": "c", "image": "b", "livenessProbe": {"grpc": {"port": 9}}}]})),
+            &pod(json!({"containers": [{"name": "c", "image": "b", "livenessProbe": {"grpc": {"port": 9}, "unknownField": 1}}]})),
             "f",
             "u",
         )
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "spec.containers[0].livenessProbe.grpc: not supported by nanolet yet"
+            "spec.containers[0].livenessProbe.unknownField: not supported by nanolet yet"
         );
         let err = validate(
             &pod(json!({"containers": [{"name": "c", "image": "b"}], "ephemeralContainers": []})),

@@ -1,0 +1,183 @@
+//! The client half of gRPC's health checking protocol
+//! (`grpc.health.v1.Health/Check`), as upstream's gRPC probe speaks it:
+//! cleartext HTTP/2 with prior knowledge, one unary call, SERVING is
+//! success. hyper does the HTTP/2; the few bytes of protobuf are written
+//! and read here rather than pulling in a gRPC stack.
+
+use bytes::Bytes;
+use futures_lite::{AsyncRead, AsyncWrite};
+use http_body_util::{BodyExt, Full, Limited};
+
+use crate::http::io::HyperIo;
+
+const PATH: &str = "/grpc.health.v1.Health/Check";
+
+/// A health answer is a few bytes; anything much larger is not one.
+const MAX_RESPONSE: usize = 64 * 1024;
+
+/// gRPC status codes the outcome depends on.
+const GRPC_OK: u32 = 0;
+const GRPC_UNIMPLEMENTED: u32 = 12;
+
+/// HTTP/2 runs its connection as a task of the agent's loop.
+#[derive(Clone, Copy)]
+struct LoopExecutor;
+
+impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LoopExecutor {
+    fn execute(&self, future: F) {
+        crate::rt::spawn(future).detach();
+    }
+}
+
+/// Checks `service` ("" for the server as a whole) over a connected
+/// stream; `Err` carries upstream's wording of the failure.
+pub async fn check<S>(stream: S, authority: &str, service: &str) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let rpc_failed = |e: &dyn std::fmt::Display| format!("error: health rpc probe failed: {e}");
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(LoopExecutor)
+        .handshake::<_, Full<Bytes>>(HyperIo(stream))
+        .await
+        .map_err(|e| format!("error: failed to connect service at {authority:?}: {e}"))?;
+    // Dropped (and with it the socket) when the check returns.
+    let _connection = crate::rt::spawn(connection);
+    let request = http::Request::post(format!("http://{authority}{PATH}"))
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .header(http::header::USER_AGENT, super::prober::USER_AGENT)
+        .body(Full::new(Bytes::from(request_message(service))))
+        .map_err(|e| rpc_failed(&e))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| rpc_failed(&e))?;
+    if response.status() != http::StatusCode::OK {
+        return Err(rpc_failed(&format!("HTTP status {}", response.status())));
+    }
+    let headers = response.headers().clone();
+    let collected = Limited::new(response.into_body(), MAX_RESPONSE)
+        .collect()
+        .await
+        .map_err(|e| rpc_failed(&e))?;
+    // A call that fails at once answers in the headers ("trailers-only").
+    let trailers = collected.trailers().cloned().unwrap_or(headers);
+    let code = trailers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or_else(|| rpc_failed(&"no grpc-status in the response"))?;
+    let message = trailers
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    match code {
+        GRPC_OK => {}
+        GRPC_UNIMPLEMENTED => {
+            return Err(format!(
+                "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {message}"
+            ));
+        }
+        _ => {
+            return Err(rpc_failed(&format!(
+                "rpc error: code = {code} desc = {message}"
+            )));
+        }
+    }
+    match response_status(&collected.to_bytes()) {
+        Some(1) => Ok(()),
+        Some(status) => Err(format!(
+            "service unhealthy (responded with {:?})",
+            status_name(status)
+        )),
+        None => Err(rpc_failed(&"malformed HealthCheckResponse")),
+    }
+}
+
+/// A length-prefixed, uncompressed gRPC message holding a
+/// HealthCheckRequest: field 1, the service name (left out when empty).
+fn request_message(service: &str) -> Vec<u8> {
+    let mut message = Vec::new();
+    if !service.is_empty() {
+        message.push(0x0a);
+        put_varint(&mut message, service.len() as u64);
+        message.extend_from_slice(service.as_bytes());
+    }
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    framed
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// The status (field 1) of the one HealthCheckResponse in a gRPC body; an
+/// absent field is its default, UNKNOWN.
+fn response_status(body: &[u8]) -> Option<u64> {
+    let (&compressed, rest) = body.split_first()?;
+    if compressed != 0 || rest.len() < 4 {
+        return None;
+    }
+    let len = u32::from_be_bytes(rest[..4].try_into().ok()?) as usize;
+    let mut message = rest.get(4..4 + len)?;
+    let mut status = 0;
+    while let Some((key, rest)) = varint(message) {
+        message = rest;
+        match key & 7 {
+            0 => {
+                let (value, rest) = varint(message)?;
+                message = rest;
+                if key >> 3 == 1 {
+                    status = value;
+                }
+            }
+            2 => {
+                let (len, rest) = varint(message)?;
+                message = rest.get(usize::try_from(len).ok()?..)?;
+            }
+            _ => return None,
+        }
+    }
+    Some(status)
+}
+
+fn varint(data: &[u8]) -> Option<(u64, &[u8])> {
+    let mut value = 0u64;
+    for (i, byte) in data.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, &data[i + 1..]));
+        }
+    }
+    None
+}
+
+fn status_name(status: u64) -> &'static str {
+    match status {
+        1 => "SERVING",
+        2 => "NOT_SERVING",
+        3 => "SERVICE_UNKNOWN",
+        _ => "UNKNOWN",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_on_the_wire() {
+        assert_eq!(request_message(""), [0, 0, 0, 0, 0]);
+        assert_eq!(request_message("db"), [0, 0, 0, 0, 4, 0x0a, 2, b'd', b'b']);
+        assert_eq!(response_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(1));
+        assert_eq!(response_status(&[0, 0, 0, 0, 0]), Some(0));
+        assert_eq!(response_status(&[0, 0, 0, 0, 9, 0x08]), None);
+        assert_eq!(response_status(&[1, 0, 0, 0, 2, 0x08, 1]), None);
+    }
+}
