@@ -48,6 +48,10 @@ impl Layout {
     pub fn pod(&self, uid: &str) -> PathBuf {
         self.pods().join(uid)
     }
+    /// Localhost seccomp profiles, as upstream's `<root-dir>/seccomp`.
+    pub fn seccomp(&self) -> PathBuf {
+        self.root.join("seccomp")
+    }
     pub fn images(&self) -> PathBuf {
         self.root.join("images")
     }

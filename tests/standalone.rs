@@ -1246,6 +1246,14 @@ fn security_contexts_and_volume_options() {
     let main = format!(
         "{status}; cat /proc/sys/net/ipv4/ip_local_port_range; grep ' /cache ' /proc/mounts; ls -ldn /data; id -G; echo hi > /sub/file; sleep 3600"
     );
+    // A Localhost profile (Docker's format) that refuses mkdir.
+    let profiles = agent.state.join("seccomp/profiles");
+    fs::create_dir_all(&profiles).unwrap();
+    fs::write(
+        profiles.join("no-mkdir.json"),
+        r#"{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}"#,
+    )
+    .unwrap();
     agent.write_manifest(
         "secure.yaml",
         &format!(
@@ -1275,6 +1283,11 @@ spec:
     image: {image}
     command: [sh, -c, \"{status}; ls /dev | wc -l; sleep 3600\"]
     securityContext: {{privileged: true}}
+  - name: profiled
+    image: {image}
+    command: [sh, -c, \"mkdir /tmp/d || echo mkdir-refused; touch /tmp/f && echo touch-ok; sleep 3600\"]
+    securityContext:
+      seccompProfile: {{type: Localhost, localhostProfile: profiles/no-mkdir.json}}
 "
         ),
     );
@@ -1325,6 +1338,11 @@ spec:
         "{privileged}"
     );
     assert!(privileged.contains("Seccomp:\t0"), "{privileged}");
+    let profiled = agent.wait_for("the profiled container's report", T, |a| {
+        let logs = a.logs("default/secure", Some("profiled"));
+        logs.contains("touch-ok").then_some(logs)
+    });
+    assert!(profiled.contains("mkdir-refused"), "{profiled}");
     // The host's devices are created in the container's own /dev: nothing
     // (like the termination log's mount point) lands in the host's.
     assert!(!std::path::Path::new("/dev/termination-log").exists());
@@ -1343,6 +1361,28 @@ spec:
         t.contains("kernel.msgmax").then_some(t)
     });
     assert!(table.contains("SysctlForbidden"), "{table}");
+
+    // A Localhost profile that is not there: the container cannot be made.
+    agent.write_manifest(
+        "unprofiled.yaml",
+        &pod_yaml(
+            "unprofiled",
+            "  securityContext:\n    seccompProfile: {type: Localhost, localhostProfile: missing.json}\n",
+            &format!("  - name: c\n    image: {image}\n"),
+        ),
+    );
+    let waiting = agent.wait_for("the missing profile reported", T, |a| {
+        let status = a.container_status("unprofiled", "c")?;
+        let waiting = status["state"]["waiting"].clone();
+        (waiting["reason"] == "CreateContainerConfigError").then_some(waiting)
+    });
+    assert!(
+        waiting["message"]
+            .as_str()
+            .unwrap()
+            .contains("seccomp/missing.json"),
+        "{waiting}"
+    );
 }
 
 #[test]

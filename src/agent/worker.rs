@@ -1278,6 +1278,7 @@ impl Worker {
                 cgroup_version: self.ctx.cgroups.version,
                 termination_log: Some(&termination_log),
                 memory_capacity: self.ctx.memory_capacity,
+                seccomp_root: &self.ctx.layout.seccomp(),
             })
             .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
             bundle

@@ -145,8 +145,18 @@ pub struct Security {
     /// Capability names as the API gives them (`NET_ADMIN`, or `ALL`).
     pub capabilities_add: Vec<String>,
     pub capabilities_drop: Vec<String>,
-    /// seccompProfile RuntimeDefault (else Unconfined, upstream's default).
-    pub seccomp_default: bool,
+    pub seccomp: SeccompProfile,
+}
+
+/// A container's seccompProfile (its own, else the pod's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SeccompProfile {
+    /// Upstream's default (`seccompDefault: false`).
+    #[default]
+    Unconfined,
+    RuntimeDefault,
+    /// A profile file relative to `<stateDir>/seccomp`.
+    Localhost(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

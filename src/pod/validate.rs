@@ -69,9 +69,9 @@ const METADATA: &[(&str, Shape)] = &[
 /// "never" in practice and must not overflow deadline arithmetic.
 pub(super) const MAX_GRACE_SECONDS: i64 = u32::MAX as i64;
 
-/// Localhost seccomp profiles and AppArmor/SELinux options are refused by
-/// name (`type` is checked in the conversion).
-const SECCOMP: &[(&str, Shape)] = &[("type", Leaf)];
+/// AppArmor/SELinux options are refused by name (`type` is checked in
+/// the conversion).
+const SECCOMP: &[(&str, Shape)] = &[("type", Leaf), ("localhostProfile", Leaf)];
 
 const POD_SECURITY: &[(&str, Shape)] = &[
     ("runAsUser", Leaf),
@@ -155,19 +155,39 @@ const SAFE_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_keepalive_probes",
 ];
 
-/// RuntimeDefault or Unconfined; `None` when not set.
-fn seccomp_default(
+/// The profile a securityContext names; `None` when not set.
+fn seccomp_profile(
     field: &str,
     p: Option<&core::SeccompProfile>,
-) -> Result<Option<bool>, PodError> {
-    match p.map(|p| p.type_.as_str()) {
-        None => Ok(None),
-        Some("RuntimeDefault") => Ok(Some(true)),
-        Some("Unconfined") => Ok(Some(false)),
-        Some("Localhost") => Err(unsupported(format!(
-            "{field}.seccompProfile.type=Localhost"
-        ))),
-        Some(other) => Err(invalid(
+) -> Result<Option<SeccompProfile>, PodError> {
+    let Some(p) = p else {
+        return Ok(None);
+    };
+    let localhost = p.localhost_profile.as_deref().filter(|l| !l.is_empty());
+    if localhost.is_some() && p.type_ != "Localhost" {
+        return Err(invalid(
+            format!("{field}.seccompProfile.localhostProfile"),
+            "can only be set when seccomp type is Localhost",
+        ));
+    }
+    match p.type_.as_str() {
+        "RuntimeDefault" => Ok(Some(SeccompProfile::RuntimeDefault)),
+        "Unconfined" => Ok(Some(SeccompProfile::Unconfined)),
+        "Localhost" => {
+            let lfield = format!("{field}.seccompProfile.localhostProfile");
+            let Some(path) = localhost else {
+                return Err(invalid(
+                    lfield,
+                    "must be set when seccomp type is Localhost",
+                ));
+            };
+            // Upstream's rule: a relative path that stays under the root.
+            if path.starts_with('/') || path.split('/').any(|c| c == "..") {
+                return Err(invalid(lfield, "must be a relative path without '..'"));
+            }
+            Ok(Some(SeccompProfile::Localhost(path.to_owned())))
+        }
+        other => Err(invalid(
             format!("{field}.seccompProfile.type"),
             format!("unknown value {other:?}"),
         )),
@@ -681,7 +701,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         "spec.securityContext.fsGroup",
         security.and_then(|s| s.fs_group),
     )?;
-    let pod_seccomp = seccomp_default(
+    let pod_seccomp = seccomp_profile(
         "spec.securityContext",
         security.and_then(|s| s.seccomp_profile.as_ref()),
     )?;
@@ -729,7 +749,8 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
     for (list, specs) in lists {
         for (i, c) in specs.iter().enumerate() {
             let field = format!("{list}[{i}]");
-            let mut container = convert_container(c, &field, host_network, &volumes, pod_seccomp)?;
+            let mut container =
+                convert_container(c, &field, host_network, &volumes, pod_seccomp.clone())?;
             let named_before = init_containers.iter().chain(&containers);
             if named_before
                 .into_iter()
@@ -1107,7 +1128,7 @@ fn convert_container(
     field: &str,
     host_network: bool,
     volumes: &[Volume],
-    pod_seccomp: Option<bool>,
+    pod_seccomp: Option<SeccompProfile>,
 ) -> Result<Container, PodError> {
     dns_label(&format!("{field}.name"), &c.name, 63)?;
     let image = c
@@ -1250,12 +1271,9 @@ fn convert_container(
             &format!("{sfield}.capabilities.drop"),
             capabilities.and_then(|c| c.drop.as_ref()),
         )?,
-        seccomp_default: seccomp_default(
-            &sfield,
-            security.and_then(|s| s.seccomp_profile.as_ref()),
-        )?
-        .or(pod_seccomp)
-        .unwrap_or(false),
+        seccomp: seccomp_profile(&sfield, security.and_then(|s| s.seccomp_profile.as_ref()))?
+            .or(pod_seccomp)
+            .unwrap_or_default(),
     };
     let resources = c.resources.as_ref();
     let rfield = format!("{field}.resources");
@@ -1570,6 +1588,20 @@ mod tests {
         );
         assert!(c(json!({"securityContext": {"capabilities": {"add": ["NOT_A_CAP"]}}})).is_err());
         assert!(c(json!({"securityContext": {"seccompProfile": {"type": "Localhost"}}})).is_err());
+        let localhost = |path: &str| {
+            c(
+                json!({"securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": path}}}),
+            )
+        };
+        assert_eq!(
+            localhost("profiles/audit.json").unwrap().containers[0]
+                .security
+                .seccomp,
+            SeccompProfile::Localhost("profiles/audit.json".into())
+        );
+        assert!(localhost("../escape.json").is_err());
+        assert!(localhost("/etc/profile.json").is_err());
+        assert!(c(json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault", "localhostProfile": "x"}}})).is_err());
         let with_volume = |mount: Value| {
             let spec = json!({"volumes": [{"name": "x", "emptyDir": {}}],
                 "containers": [{"name": "c", "image": "b:1", "volumeMounts": [mount]}]});

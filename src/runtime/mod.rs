@@ -7,6 +7,7 @@ pub mod pause;
 pub mod protocol;
 pub mod runc;
 pub mod sandbox;
+pub mod seccomp;
 pub mod spec;
 
 use std::fs;

@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::seccomp;
 use crate::cgroup;
 use crate::image::manifest::RunConfig;
-use crate::pod::{Container, Pod, QosClass};
+use crate::pod::{Container, Pod, QosClass, SeccompProfile};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
@@ -32,6 +33,8 @@ pub enum SpecError {
         "runAsNonRoot is set and the image user {0:?} is not numeric, so it cannot be verified"
     )]
     NonNumericUser(String),
+    #[error(transparent)]
+    Seccomp(#[from] seccomp::SeccompError),
 }
 
 #[derive(Debug, Serialize)]
@@ -294,103 +297,6 @@ fn host_capabilities() -> Vec<String> {
         .collect()
 }
 
-/// seccomp RuntimeDefault: everything allowed but what container runtimes'
-/// default profiles refuse (kernel modules, keyrings, clocks, reboot,
-/// mounts and namespaces — also through clone —, tracing other processes,
-/// BPF and perf, ...), which fail with EPERM.
-fn seccomp_profile() -> serde_json::Value {
-    const REFUSED: &[&str] = &[
-        "acct",
-        "add_key",
-        "bpf",
-        "clock_adjtime",
-        "clock_settime",
-        "create_module",
-        "delete_module",
-        "finit_module",
-        "fsconfig",
-        "fsmount",
-        "fsopen",
-        "fspick",
-        "get_kernel_syms",
-        "get_mempolicy",
-        "init_module",
-        "ioperm",
-        "iopl",
-        "kcmp",
-        "kexec_file_load",
-        "kexec_load",
-        "keyctl",
-        "lookup_dcookie",
-        "mbind",
-        "mount",
-        "mount_setattr",
-        "move_mount",
-        "move_pages",
-        "name_to_handle_at",
-        "nfsservctl",
-        "open_by_handle_at",
-        "open_tree",
-        "perf_event_open",
-        "pivot_root",
-        "process_vm_readv",
-        "process_vm_writev",
-        "ptrace",
-        "query_module",
-        "quotactl",
-        "quotactl_fd",
-        "reboot",
-        "request_key",
-        "set_mempolicy",
-        "setns",
-        "settimeofday",
-        "stime",
-        "swapoff",
-        "swapon",
-        "sysfs",
-        "_sysctl",
-        "umount",
-        "umount2",
-        "unshare",
-        "uselib",
-        "userfaultfd",
-        "ustat",
-        "vm86",
-        "vm86old",
-    ];
-    // New namespaces through clone are refused as unshare is: one rule per
-    // flag (rules for one call are alternatives). clone3 hides its flags in
-    // memory seccomp cannot read, so it reports ENOSYS and libc falls back
-    // to clone, as the runtimes' profiles do.
-    const CLONE_NEW: [u64; 7] = [
-        0x0002_0000, // CLONE_NEWNS
-        0x0200_0000, // CLONE_NEWCGROUP
-        0x0400_0000, // CLONE_NEWUTS
-        0x0800_0000, // CLONE_NEWIPC
-        0x1000_0000, // CLONE_NEWUSER
-        0x2000_0000, // CLONE_NEWPID
-        0x4000_0000, // CLONE_NEWNET
-    ];
-    let mut syscalls = vec![
-        serde_json::json!({"names": REFUSED, "action": "SCMP_ACT_ERRNO", "errnoRet": 1}),
-        serde_json::json!({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}),
-    ];
-    for flag in CLONE_NEW {
-        syscalls.push(serde_json::json!({
-            "names": ["clone"],
-            "action": "SCMP_ACT_ERRNO",
-            "errnoRet": 1,
-            "args": [{"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}],
-        }));
-    }
-    serde_json::json!({
-        "defaultAction": "SCMP_ACT_ALLOW",
-        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32",
-                          "SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"],
-        "syscalls": syscalls,
-    })
-}
-
 const MASKED_PATHS: &[&str] = &[
     "/proc/acpi",
     "/proc/asound",
@@ -609,6 +515,8 @@ pub struct SpecInput<'a> {
     /// The host file behind the container's terminationMessagePath.
     pub termination_log: Option<&'a Path>,
     pub memory_capacity: u64,
+    /// Where Localhost seccomp profiles are.
+    pub seccomp_root: &'a Path,
 }
 
 pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
@@ -766,7 +674,15 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
     };
     let caps = capabilities(&container.security);
     let privileged = container.security.privileged;
-    let seccomp = (container.security.seccomp_default && !privileged).then(seccomp_profile);
+    // Privileged containers run without seccomp, whatever they name.
+    let seccomp = match &container.security.seccomp {
+        _ if privileged => None,
+        SeccompProfile::Unconfined => None,
+        SeccompProfile::RuntimeDefault => Some(seccomp::runtime_default()),
+        SeccompProfile::Localhost(name) => {
+            Some(seccomp::localhost(input.seccomp_root, name, &caps)?)
+        }
+    };
 
     Ok(Spec {
         oci_version: "1.0.2",
