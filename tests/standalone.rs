@@ -1362,6 +1362,29 @@ spec:
     });
     assert!(table.contains("SysctlForbidden"), "{table}");
 
+    // AppArmor confinement where the kernel has none (or a profile it has
+    // not loaded) is refused at admission, as upstream's kubelet does.
+    agent.write_manifest(
+        "armored.yaml",
+        &pod_yaml(
+            "armored",
+            "  securityContext:\n    appArmorProfile: {type: Localhost, localhostProfile: nanolet-test-absent}\n",
+            &format!("  - name: c\n    image: {image}\n"),
+        ),
+    );
+    let apparmor = fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|v| v.starts_with('Y'));
+    let expected = if apparmor {
+        "\"nanolet-test-absent\" is not loaded"
+    } else {
+        "AppArmor is not enabled on the host"
+    };
+    let table = agent.wait_for("the AppArmor pod refused", T, |a| {
+        let t = a.cli(&["pods"]);
+        t.contains("Cannot enforce AppArmor").then_some(t)
+    });
+    assert!(table.contains(expected), "{table}");
+
     // A Localhost profile that is not there: the container cannot be made.
     agent.write_manifest(
         "unprofiled.yaml",

@@ -83,7 +83,9 @@ pub fn sort(
             ));
             continue;
         }
-        match crate::pod::validate(object, API_SOURCE, uid) {
+        match crate::pod::validate(object, API_SOURCE, uid)
+            .and_then(|pod| crate::pod::apparmor::admit_on_host(&pod).map(|()| pod))
+        {
             Ok(pod) => {
                 pods.run.insert(uid.clone(), pod);
             }
@@ -91,6 +93,7 @@ pub fn sort(
                 let reason = match e {
                     crate::pod::PodError::Unsupported { .. } => "UnsupportedPodSpec",
                     crate::pod::PodError::Invalid { .. } => "InvalidPodSpec",
+                    crate::pod::PodError::AppArmor(_) => "AppArmor",
                 };
                 pods.rejected
                     .push((reference, reason.to_owned(), e.to_string()));

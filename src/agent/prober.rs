@@ -681,8 +681,26 @@ mod tests {
                 Outcome::Failure("HTTP probe failed with statuscode: 500".into())
             );
             server.await;
-            // Nothing listens any more: refused.
-            let refused = run(&runtime, &probe, &target).await;
+            // A port held by a socket that does not listen: refused (a
+            // port merely closed could be taken by a test running alongside).
+            use nix::sys::socket::{
+                AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket,
+            };
+            use std::os::fd::AsRawFd;
+            let held = socket(
+                AddressFamily::Inet,
+                SockType::Stream,
+                SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+            .unwrap();
+            bind(held.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
+            let port = getsockname::<SockaddrIn>(held.as_raw_fd()).unwrap().port();
+            let closed = Probe {
+                action: ProbeAction::Tcp { host: None, port },
+                ..probe.clone()
+            };
+            let refused = run(&runtime, &closed, &target).await;
             assert!(matches!(refused, Outcome::Failure(m) if m.contains("dial tcp")));
         });
     }

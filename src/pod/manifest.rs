@@ -48,7 +48,9 @@ pub fn parse(text: &str, source: &str) -> Vec<Document> {
             }
         };
         let uid = static_pod_uid(source, &value);
-        documents.push(match validate(&value, source, &uid) {
+        let admitted = validate(&value, source, &uid)
+            .and_then(|pod| super::apparmor::admit_on_host(&pod).map(|()| pod));
+        documents.push(match admitted {
             Ok(pod) => Document::Pod(Box::new(pod)),
             Err(e) => {
                 let meta = |key: &str| {

@@ -2,6 +2,7 @@
 //! Pod object. Validation refuses anything nanolet cannot run exactly as
 //! written, naming the field, instead of running the pod differently.
 
+pub mod apparmor;
 pub mod backoff;
 pub mod env;
 pub mod manifest;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1 as core;
 use serde::{Deserialize, Serialize};
 
+pub use apparmor::AppArmorProfile;
 pub use validate::{CAPABILITIES, PodError, default_pull_policy, validate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +148,8 @@ pub struct Security {
     pub capabilities_add: Vec<String>,
     pub capabilities_drop: Vec<String>,
     pub seccomp: SeccompProfile,
+    /// `None`: not set anywhere (the host's default).
+    pub apparmor: Option<AppArmorProfile>,
 }
 
 /// A container's seccompProfile (its own, else the pod's).

@@ -13,6 +13,9 @@ use crate::quantity;
 pub enum PodError {
     #[error("{field}: not supported by nanolet yet")]
     Unsupported { field: String },
+    /// Refused by the host's admission, as upstream's reason AppArmor.
+    #[error("Cannot enforce AppArmor: {0}")]
+    AppArmor(String),
     #[error("{field}: {reason}")]
     Invalid { field: String, reason: String },
 }
@@ -69,9 +72,10 @@ const METADATA: &[(&str, Shape)] = &[
 /// "never" in practice and must not overflow deadline arithmetic.
 pub(super) const MAX_GRACE_SECONDS: i64 = u32::MAX as i64;
 
-/// AppArmor/SELinux options are refused by name (`type` is checked in
-/// the conversion).
+/// SELinux options are refused by name (`type` is checked in the
+/// conversion).
 const SECCOMP: &[(&str, Shape)] = &[("type", Leaf), ("localhostProfile", Leaf)];
+const APPARMOR: &[(&str, Shape)] = &[("type", Leaf), ("localhostProfile", Leaf)];
 
 const POD_SECURITY: &[(&str, Shape)] = &[
     ("runAsUser", Leaf),
@@ -81,6 +85,7 @@ const POD_SECURITY: &[(&str, Shape)] = &[
     ("fsGroup", Leaf),
     ("sysctls", ListOf(&[("name", Leaf), ("value", Leaf)])),
     ("seccompProfile", Object(SECCOMP)),
+    ("appArmorProfile", Object(APPARMOR)),
 ];
 
 const CONTAINER_SECURITY: &[(&str, Shape)] = &[
@@ -92,6 +97,7 @@ const CONTAINER_SECURITY: &[(&str, Shape)] = &[
     ("allowPrivilegeEscalation", Leaf),
     ("capabilities", Object(&[("add", Any), ("drop", Any)])),
     ("seccompProfile", Object(SECCOMP)),
+    ("appArmorProfile", Object(APPARMOR)),
     ("procMount", Leaf),
 ];
 
@@ -705,6 +711,10 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         "spec.securityContext",
         security.and_then(|s| s.seccomp_profile.as_ref()),
     )?;
+    let pod_apparmor = apparmor::from_field(
+        "spec.securityContext",
+        security.and_then(|s| s.app_armor_profile.as_ref()),
+    )?;
     let mut sysctls = Vec::new();
     for (i, sysctl) in security
         .and_then(|s| s.sysctls.as_ref())
@@ -751,6 +761,16 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             let field = format!("{list}[{i}]");
             let mut container =
                 convert_container(c, &field, host_network, &volumes, pod_seccomp.clone())?;
+            container.security.apparmor = match apparmor::from_field(
+                &format!("{field}.securityContext"),
+                c.security_context
+                    .as_ref()
+                    .and_then(|s| s.app_armor_profile.as_ref()),
+            )? {
+                Some(own) => Some(own),
+                None => apparmor::from_annotation(meta.annotations.as_ref(), &c.name)?
+                    .or_else(|| pod_apparmor.clone()),
+            };
             let named_before = init_containers.iter().chain(&containers);
             if named_before
                 .into_iter()
@@ -1274,6 +1294,8 @@ fn convert_container(
         seccomp: seccomp_profile(&sfield, security.and_then(|s| s.seccomp_profile.as_ref()))?
             .or(pod_seccomp)
             .unwrap_or_default(),
+        // Set by the caller, which knows the pod's annotations and profile.
+        apparmor: None,
     };
     let resources = c.resources.as_ref();
     let rfield = format!("{field}.resources");

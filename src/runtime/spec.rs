@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::seccomp;
 use crate::cgroup;
 use crate::image::manifest::RunConfig;
-use crate::pod::{Container, Pod, QosClass, SeccompProfile};
+use crate::pod::{AppArmorProfile, Container, Pod, QosClass, SeccompProfile};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
@@ -61,6 +61,9 @@ pub struct Process {
     pub rlimits: Vec<Rlimit>,
     pub no_new_privileges: bool,
     pub oom_score_adj: i32,
+    /// A Localhost AppArmor profile (admission checked it is loaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub apparmor_profile: Option<String>,
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -704,6 +707,10 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             }],
             no_new_privileges: container.no_new_privileges,
             oom_score_adj: oom_score_adj(pod, container, input.memory_capacity),
+            apparmor_profile: match &container.security.apparmor {
+                Some(AppArmorProfile::Localhost(name)) => Some(name.clone()),
+                _ => None,
+            },
         },
         root: Root {
             path: rootfs.to_owned(),
