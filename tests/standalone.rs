@@ -411,18 +411,18 @@ fn bad_manifests_are_reported_and_harm_nothing() {
     );
     agent.write_manifest("noimage.yaml", &pod_yaml("noimage", "", "  - name: c\n"));
     agent.write_manifest(
-        "probe.yaml",
+        "tty.yaml",
         &pod_yaml(
-            "probe",
+            "tty",
             "",
-            &format!("  - name: c\n    image: {image}\n    livenessProbe: {{grpc: {{port: 9}}}}\n"),
+            &format!("  - name: c\n    image: {image}\n    tty: true\n"),
         ),
     );
     agent.write_manifest(
-        "shared-pid.yaml",
+        "affine.yaml",
         &pod_yaml(
-            "shared-pid",
-            "  shareProcessNamespace: true\n",
+            "affine",
+            "  affinity: {}\n",
             &format!("  - name: c\n    image: {image}\n"),
         ),
     );
@@ -438,11 +438,14 @@ fn bad_manifests_are_reported_and_harm_nothing() {
         table.contains("noimage.yaml (document 0): spec.containers[0].image: required"),
         "{table}"
     );
-    assert!(table.contains("probe.yaml (document 0): spec.containers[0].livenessProbe.grpc: not supported by nanolet yet"), "{table}");
     assert!(
         table.contains(
-            "shared-pid.yaml (document 0): spec.shareProcessNamespace=true: not supported"
+            "tty.yaml (document 0): spec.containers[0].tty=true: not supported by nanolet yet"
         ),
+        "{table}"
+    );
+    assert!(
+        table.contains("affine.yaml (document 0): spec.affinity: not supported"),
         "{table}"
     );
     assert!(
@@ -1158,6 +1161,43 @@ spec:
     let table = agent.cli(&["pods"]);
     let row = table.lines().find(|l| l.contains("broken-init")).unwrap();
     assert!(row.contains("Init:Error"), "{table}");
+}
+
+#[test]
+fn after_a_reboot_init_containers_run_again_first() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let mut agent = Agent::start(&registry);
+    agent.write_manifest(
+        "rerun.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: rerun}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{{name: data, emptyDir: {{}}}}]
+  initContainers:
+  - {{name: prepare, image: {image}, command: [sh, -c, 'echo prepared >> /data/runs'], volumeMounts: [{{name: data, mountPath: /data}}]}}
+  containers:
+  - {{name: main, image: {image}, command: [sh, -c, 'cat /data/runs; sleep 3600'], volumeMounts: [{{name: data, mountPath: /data}}]}}
+"
+        ),
+    );
+    agent.wait_running("rerun");
+    agent.wait_for("main's first run", T, |a| {
+        (a.logs("default/rerun", Some("main")) == "prepared").then_some(())
+    });
+    // The disk emptyDir survives; the sandbox and every process do not.
+    agent.power_cut();
+    agent.spawn();
+    agent.wait_for("main after the init container ran again", T, |a| {
+        (a.logs("default/rerun", Some("main")) == "prepared\nprepared").then_some(())
+    });
+    let record = agent.record("rerun").unwrap();
+    let init = &record["status"]["initContainerStatuses"][0];
+    assert_eq!(init["restartCount"], 1, "{init:#}");
+    assert_eq!(init["state"]["terminated"]["exitCode"], 0, "{init:#}");
 }
 
 #[test]

@@ -57,6 +57,9 @@ struct ContainerState {
     kill_at: Option<Instant>,
     /// The running instance's probes.
     probes: ProbeTracker,
+    /// Its last instance ran in a sandbox since recreated (a reboot): the
+    /// pod starts over from its first init container, as upstream's.
+    from_old_sandbox: bool,
 }
 
 pub struct Worker {
@@ -146,6 +149,7 @@ impl Worker {
                 restart_for_update: false,
                 kill_at: None,
                 probes: ProbeTracker::default(),
+                from_old_sandbox: false,
             })
             .collect();
         let (exits_tx, exits_rx) = smol::channel::unbounded();
@@ -675,14 +679,44 @@ impl Worker {
         }
     }
 
+    /// A new sandbox for a pod that ran before (after a reboot): its init
+    /// containers run again before anything else restarts, as upstream
+    /// does when it recreates a sandbox. Pods that never restart stay done.
+    fn start_over_in_new_sandbox(&mut self) {
+        if self.pod.init_containers.is_empty() || self.pod.restart_policy == RestartPolicy::Never {
+            return;
+        }
+        let mut any = false;
+        for c in &mut self.containers {
+            if c.record.view.container_id.is_some() {
+                c.from_old_sandbox = true;
+                any = true;
+            }
+        }
+        if any {
+            log::info!(
+                "pod {}: new sandbox; init containers run again",
+                self.pod.full_name()
+            );
+        }
+    }
+
     /// The first init container that has not done its part yet; the number
     /// of init containers once all have (then regular containers may run).
     fn init_frontier(&self) -> usize {
         let n = self.pod.init_containers.len();
+        // What ran in an earlier sandbox does not count.
         let views: Vec<ContainerView> = self
             .containers
             .iter()
-            .map(|c| c.record.view.clone())
+            .map(|c| {
+                let mut view = c.record.view.clone();
+                if c.from_old_sandbox {
+                    view.container_id = None;
+                    view.terminated = None;
+                }
+                view
+            })
             .collect();
         if status::previously_initialized(&self.pod, &views) {
             return n;
@@ -690,6 +724,9 @@ impl Worker {
         (0..n)
             .find(|&i| {
                 let c = &self.containers[i];
+                if c.from_old_sandbox {
+                    return true;
+                }
                 let view = ContainerView {
                     probed_started: c.probes.started(),
                     ..c.record.view.clone()
@@ -780,17 +817,19 @@ impl Worker {
                 .ensure_pod(self.pod.qos, &self.pod.uid, &limits)
                 .map_err(|e| e.to_string())?;
             if self.paths.is_none() {
-                self.paths = Some(
-                    sandbox::create(
-                        &self.pod,
-                        &self.dir,
-                        &self.cluster_dns(),
-                        &self.ctx.cni,
-                        &self.ctx.monitor.executable,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?,
-                );
+                let paths = sandbox::create(
+                    &self.pod,
+                    &self.dir,
+                    &self.cluster_dns(),
+                    &self.ctx.cni,
+                    &self.ctx.monitor.executable,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                if paths.recreated {
+                    self.start_over_in_new_sandbox();
+                }
+                self.paths = Some(paths);
             }
             if self.monitor.is_none() {
                 self.monitor = Some(
@@ -851,6 +890,22 @@ impl Worker {
         }
         self.stop_sidecars_when_done().await;
         let n_init = self.pod.init_containers.len();
+        // A pod with init containers that ran before and has a container to
+        // restart sets up its sandbox first: if that is a new one, the
+        // init containers go first again (see start_over_in_new_sandbox).
+        if self.paths.is_none() && n_init > 0 && self.pod.restart_policy != RestartPolicy::Never {
+            let restart_pending = (n_init..self.containers.len()).any(|i| {
+                let view = &self.containers[i].record.view;
+                view.container_id.is_some()
+                    && view
+                        .terminated
+                        .as_ref()
+                        .is_some_and(|t| self.wants_restart(i, t))
+            });
+            if restart_pending {
+                self.ensure_sandbox().await;
+            }
+        }
         let frontier = self.init_frontier();
         let mut to_start = Vec::new();
         for i in 0..self.containers.len() {
@@ -877,13 +932,15 @@ impl Worker {
             }
             if let Some(terminated) = view.terminated.clone() {
                 let updated = self.containers[i].restart_for_update;
-                if !self.wants_restart(i, &terminated) && !updated {
+                // An init container that completed in an earlier sandbox.
+                let rerun = i < n_init && self.containers[i].from_old_sandbox;
+                if !self.wants_restart(i, &terminated) && !updated && !rerun {
                     continue;
                 }
                 let c = &mut self.containers[i];
                 let last_end = c.exited_at.unwrap_or(now);
                 // A restart for a new spec is not a crash: no backoff.
-                let backoff = if updated {
+                let backoff = if updated || rerun {
                     None
                 } else {
                     c.restart_backoff.wait_until(last_end, now)
@@ -1299,6 +1356,7 @@ impl Worker {
         let restart_count = {
             let c = &mut self.containers[i];
             c.restart_for_update = false;
+            c.from_old_sandbox = false;
             c.kill_at = None;
             if let Some(previous) = c.record.view.terminated.take() {
                 c.record.view.last_terminated = Some(previous);

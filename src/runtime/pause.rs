@@ -70,10 +70,10 @@ fn init() -> ! {
 
 /// Makes sure the pod's PID namespace is held by a live `nanolet pause`,
 /// starting one when there is none (a new pod, a reboot, or a pause that
-/// was killed, which took the pod's processes with it).
-pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<(), SandboxError> {
+/// was killed, which took the pod's processes with it); true if it did.
+pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<bool, SandboxError> {
     if alive(ns_dir) {
-        return Ok(());
+        return Ok(false);
     }
     let target = ns_dir.join(NAMESPACE);
     mount::unmount(&target)?;
@@ -110,7 +110,7 @@ pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<(), SandboxError
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         let _ = mount::unmount(&target);
     }
-    recorded
+    recorded.map(|()| true)
 }
 
 /// Whether the recorded pause still holds the mounted namespace: the pid

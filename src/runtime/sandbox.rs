@@ -187,13 +187,16 @@ pub async fn create(
         .filter(|k| !mount::is_mounted(&ns_dir.join(k)))
         .collect();
     let new_net = missing.contains(&"net");
+    let new_namespaces = !missing.is_empty();
     if !missing.is_empty() {
         make_namespaces(ns_dir.clone(), pod.hostname.clone(), missing).await?;
     }
     let ns_path = |kind: &str| kinds.contains(&kind).then(|| ns_dir.join(kind));
-    if pod.share_process_namespace {
-        pause::ensure(&ns_dir, executable).await?;
-    }
+    let new_pause = pod.share_process_namespace && pause::ensure(&ns_dir, executable).await?;
+    // A pod on the host's namespaces has nothing that shows a reboot but
+    // the boot id.
+    let rebooted = new_boot(&ns_dir)?;
+    let recreated = new_namespaces || new_pause || rebooted;
     let pod_ips = match ns_path("net") {
         Some(netns) => attach(pod, pod_dir, network, netns, new_net).await?,
         None => Vec::new(),
@@ -281,12 +284,25 @@ pub async fn create(
         uts_ns: ns_path("uts"),
         ipc_ns: ns_path("ipc"),
         pid_ns: pod.share_process_namespace.then(|| ns_dir.join("pid")),
+        recreated,
         hosts,
         resolv_conf,
         hostname,
         volumes,
         pod_ips,
     })
+}
+
+/// Whether the machine booted since the sandbox was last made (or it never
+/// was); records this boot.
+fn new_boot(ns_dir: &Path) -> Result<bool, SandboxError> {
+    let current = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let marker = ns_dir.join("boot_id");
+    if fs::read_to_string(&marker).is_ok_and(|previous| previous == current) {
+        return Ok(false);
+    }
+    write(&marker, current.as_bytes())?;
+    Ok(true)
 }
 
 async fn attach(

@@ -336,6 +336,9 @@ pub struct PodPaths {
     pub ipc_ns: Option<PathBuf>,
     /// The PID namespace of `nanolet pause`, with shareProcessNamespace.
     pub pid_ns: Option<PathBuf>,
+    /// The sandbox is new (first start, reboot, lost namespaces): whatever
+    /// ran before ran in another one.
+    pub recreated: bool,
     pub hosts: PathBuf,
     pub resolv_conf: PathBuf,
     pub hostname: PathBuf,
