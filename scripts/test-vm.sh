@@ -20,6 +20,7 @@ selection=(a_container_over_its_memory_limit_is_oom_killed
   hooks_termination_messages
   security_contexts_and_volume_options
   kill9_of_the_agent_adopts_running_containers
+  shared_process_namespace
   "$@")
 
 job="set -e
