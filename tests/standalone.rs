@@ -1061,6 +1061,41 @@ fn probes_gate_readiness_and_restart_unhealthy_containers() {
 }
 
 #[test]
+fn a_slow_probe_does_not_hold_up_the_pod() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    // The readiness probe of one container takes 25 s to answer; the other
+    // container crashes after a second and must be restarted meanwhile.
+    agent.write_manifest(
+        "slow.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: slow}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: probed
+    image: {image}
+    command: [sleep, '3600']
+    readinessProbe: {{exec: {{command: [sleep, '25']}}, timeoutSeconds: 30, periodSeconds: 60}}
+  - name: crasher
+    image: {image}
+    command: [sh, -c, 'sleep 1; exit 1']
+"
+        ),
+    );
+    // Well before the probe's 25 s (the pass used to wait for probes).
+    let soon = Duration::from_secs(10) * common::time_scale();
+    agent.wait_for("the crasher restarted while the probe runs", soon, |a| {
+        (restarts(a, "slow", "crasher") >= 1).then_some(())
+    });
+    let probed = agent.container_status("slow", "probed").unwrap();
+    assert_eq!(probed["ready"], false, "the probe has not answered yet");
+}
+
+#[test]
 fn init_containers_run_in_order_with_a_sidecar_that_stops_after_the_main_one() {
     let registry = Registry::start();
     let image = busybox(&registry);

@@ -49,6 +49,8 @@ pub struct ProbeTracker {
 #[derive(Debug, Clone, Default)]
 struct KindState {
     next_at: Option<Instant>,
+    /// A run was launched and has not reported yet: not due again.
+    in_flight: bool,
     successes: u32,
     failures: u32,
     /// The last settled result (`None`: unknown).
@@ -117,7 +119,9 @@ impl ProbeTracker {
         KINDS
             .iter()
             .filter(|k| self.active(**k))
-            .filter_map(|k| self.states[index(*k)].next_at)
+            .map(|k| &self.states[index(*k)])
+            .filter(|s| !s.in_flight)
+            .filter_map(|s| s.next_at)
             .min()
     }
 
@@ -125,8 +129,15 @@ impl ProbeTracker {
         KINDS
             .into_iter()
             .filter(|k| self.active(*k))
-            .filter(|k| self.states[index(*k)].next_at.is_some_and(|t| t <= now))
+            .map(|k| (k, &self.states[index(k)]))
+            .filter(|(_, s)| !s.in_flight && s.next_at.is_some_and(|t| t <= now))
+            .map(|(k, _)| k)
             .collect()
+    }
+
+    /// A run of `kind` is under way; its result comes to [`Self::record`].
+    pub fn launch(&mut self, kind: ProbeKind) {
+        self.states[index(kind)].in_flight = true;
     }
 
     /// Counts one result of `kind` and schedules its next run.
@@ -141,6 +152,7 @@ impl ProbeTracker {
             return Verdict::Keep;
         };
         let state = &mut self.states[index(kind)];
+        state.in_flight = false;
         if state.next_at.is_none() {
             // Stopped meanwhile (the instance ended or was killed).
             return Verdict::Keep;
@@ -521,6 +533,10 @@ mod tests {
         let t0 = Instant::now();
         let mut tracker = ProbeTracker::start(&probes, t0);
         assert_eq!(tracker.due(t0), vec![ProbeKind::Startup]);
+        // Launched: not due again, and no timer for it, until it reports.
+        tracker.launch(ProbeKind::Startup);
+        assert!(tracker.due(t0).is_empty());
+        assert_eq!(tracker.next_at(), None);
         assert_eq!(
             (tracker.ready(), tracker.started()),
             (Some(false), Some(false))

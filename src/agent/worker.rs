@@ -90,6 +90,9 @@ pub struct Worker {
     /// and at once when an object they show changes.
     volumes_written: Option<Instant>,
     objects_changed: Receiver<()>,
+    /// Probes run as tasks of their own (a slow one must not hold up the
+    /// pod's other work) and report here.
+    probe_results: (Sender<ProbeResult>, Receiver<ProbeResult>),
 }
 
 /// The host file behind a container's terminationMessagePath, in its bundle.
@@ -106,9 +109,18 @@ fn create_termination_log(path: &Path) -> std::io::Result<()> {
 /// upstream kubelet resyncs pods every minute).
 const VOLUME_REFRESH: Duration = Duration::from_secs(60);
 
+/// A probe run's result, for the instance it ran against.
+struct ProbeResult {
+    container: usize,
+    kind: ProbeKind,
+    container_id: String,
+    outcome: Outcome,
+}
+
 enum Wake {
     Control(Option<Control>),
     Exit(Exit),
+    Probe(ProbeResult),
     MonitorLost,
     Timer,
     ObjectsChanged,
@@ -181,6 +193,7 @@ impl Worker {
             objects,
             volumes_written: None,
             objects_changed,
+            probe_results: smol::channel::unbounded(),
         }
     }
 
@@ -208,7 +221,7 @@ impl Worker {
             let mut progressed = false;
             if let Some(control) = async {
                 progressed = self.sync().await;
-                progressed |= self.run_probes().await;
+                self.launch_probes();
                 None
             }
             .or(terminate)
@@ -218,8 +231,8 @@ impl Worker {
                 continue;
             }
             self.write_status();
-            // An init container started, or a sidecar's startup probe
-            // passed: the next one may start now, not at the next wake.
+            // An init container started: the next one may start now, not
+            // at the next wake.
             if progressed && !self.pod.init_containers.is_empty() {
                 continue;
             }
@@ -227,6 +240,9 @@ impl Worker {
             match self.wait(wake).await {
                 Wake::Control(control) => self.on_control(control).await,
                 Wake::Exit(exit) => self.on_exit(exit).await,
+                // Then the pass: a sidecar's passed startup probe may let
+                // the next container start.
+                Wake::Probe(result) => self.on_probe_result(result).await,
                 Wake::MonitorLost => self.on_monitor_lost().await,
                 Wake::Timer => {}
                 // The next pass rewrites the volumes.
@@ -658,7 +674,14 @@ impl Worker {
                 Err(_) => std::future::pending().await,
             }
         };
-        control.or(exit).or(changed).or(timer).await
+        let probed = async {
+            match self.probe_results.1.recv().await {
+                Ok(result) => Wake::Probe(result),
+                // Never closed: the worker holds a sender.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        control.or(exit).or(probed).or(changed).or(timer).await
     }
 
     /// Whether container `i` should get a new instance now that its current
@@ -1090,10 +1113,12 @@ impl Worker {
 
     /// Runs the probes that are due, together, and acts on their results;
     /// true if a container became started.
-    async fn run_probes(&mut self) -> bool {
+    /// Starts the probes that are due, each as a task of the loop that
+    /// reports to `probe_results`.
+    fn launch_probes(&mut self) {
         let now = Instant::now();
-        let mut running = Vec::new();
-        for (i, c) in self.containers.iter().enumerate() {
+        for i in 0..self.containers.len() {
+            let c = &self.containers[i];
             let Some(id) = c.record.view.container_id.clone() else {
                 continue;
             };
@@ -1104,21 +1129,40 @@ impl Worker {
                 let Some(probe) = self.pod.container(i).probes.get(kind).cloned() else {
                     continue;
                 };
+                self.containers[i].probes.launch(kind);
                 let target = self.probe_target(id.clone(), kind);
                 let runtime = self.ctx.runtime.clone();
-                let task =
-                    crate::rt::spawn(async move { prober::run(&runtime, &probe, &target).await });
-                running.push((i, kind, task));
+                let results = self.probe_results.0.clone();
+                let container_id = id.clone();
+                crate::rt::spawn(async move {
+                    let outcome = prober::run(&runtime, &probe, &target).await;
+                    let _ = results
+                        .send(ProbeResult {
+                            container: i,
+                            kind,
+                            container_id,
+                            outcome,
+                        })
+                        .await;
+                })
+                .detach();
             }
         }
-        let mut started = false;
-        for (i, kind, task) in running {
-            let outcome = task.await;
-            let before = self.containers[i].probes.started();
-            self.on_probe(i, kind, outcome).await;
-            started |= before != self.containers[i].probes.started();
+    }
+
+    /// A result counts for the instance it probed, if that still runs.
+    async fn on_probe_result(&mut self, result: ProbeResult) {
+        let Some(c) = self.containers.get(result.container) else {
+            return;
+        };
+        let view = &c.record.view;
+        if view.container_id.as_deref() != Some(result.container_id.as_str())
+            || view.terminated.is_some()
+        {
+            return;
         }
-        started
+        self.on_probe(result.container, result.kind, result.outcome)
+            .await;
     }
 
     fn probe_target(&self, container_id: String, kind: ProbeKind) -> prober::Target {
