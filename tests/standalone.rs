@@ -1003,7 +1003,7 @@ fn probes_gate_readiness_and_restart_unhealthy_containers() {
         "probed.yaml",
         &pod_yaml(
             "probed",
-            "  terminationGracePeriodSeconds: 2\n",
+            "  terminationGracePeriodSeconds: 2\n  volumes: [{name: shared, emptyDir: {}}]\n",
             &format!(
                 "  - name: web
     image: {image}
@@ -1018,6 +1018,8 @@ fn probes_gate_readiness_and_restart_unhealthy_containers() {
       periodSeconds: 1
       failureThreshold: 2
       terminationGracePeriodSeconds: 1
+    lifecycle: {{preStop: {{exec: {{command: [sh, -c, 'echo stopping >> /shared/prestop']}}}}}}
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
 "
             ),
         ),
@@ -1045,6 +1047,18 @@ fn probes_gate_readiness_and_restart_unhealthy_containers() {
         agent
             .log()
             .contains("Container worker failed liveness probe, will be restarted")
+    );
+    // Its preStop hook ran before the kill, as for any stop.
+    let uid = agent.record("probed").unwrap()["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let marker = agent
+        .state
+        .join(format!("pods/{uid}/volumes/shared/prestop"));
+    assert!(
+        fs::read_to_string(&marker).is_ok_and(|t| t.starts_with("stopping")),
+        "no preStop before the liveness kill"
     );
     // The web container was never restarted by its probes.
     let web = agent.container_status("probed", "web").unwrap();
@@ -1542,6 +1556,73 @@ fn shared_process_namespace_has_pause_as_pid_1_and_outlives_its_loss() {
         let state = stat.rsplit(')').next().unwrap_or("").trim_start();
         (stat.is_empty() || state.starts_with('Z')).then_some(())
     });
+}
+
+#[test]
+fn host_mounts_reach_host_to_container_volumes_only() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    // A shared mount of the test's own (under the agent's dir, which its
+    // cleanup unmounts whatever happens).
+    let host = agent.dir.path().join("media");
+    fs::create_dir_all(host.join("usb")).unwrap();
+    let run = |args: &[&str]| {
+        let status = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{args:?}");
+    };
+    let host_str = host.to_str().unwrap();
+    run(&["mount", "--bind", host_str, host_str]);
+    run(&["mount", "--make-shared", host_str]);
+    let look =
+        "until [ -f /media/usb/label ]; do sleep 0.2; done; cat /media/usb/label; sleep 3600";
+    let containers: String = [("follower", "HostToContainer"), ("isolated", "None")]
+        .iter()
+        .map(|(name, propagation)| {
+            format!(
+                "  - name: {name}\n    image: {image}\n    command: [sh, -c, {look:?}]\n    volumeMounts: [{{name: media, mountPath: /media, mountPropagation: {propagation}}}]\n"
+            )
+        })
+        .collect();
+    agent.write_manifest(
+        "media.yaml",
+        &pod_yaml(
+            "media",
+            &format!(
+                "  terminationGracePeriodSeconds: 1\n  volumes: [{{name: media, hostPath: {{path: {host_str}}}}}]\n"
+            ),
+            &containers,
+        ),
+    );
+    agent.wait_running("media");
+    // A stick plugged in after the containers started.
+    let usb = host.join("usb");
+    run(&[
+        "mount",
+        "-t",
+        "tmpfs",
+        "-o",
+        "size=1m",
+        "usb",
+        usb.to_str().unwrap(),
+    ]);
+    fs::write(usb.join("label"), "backup-stick\n").unwrap();
+    agent.wait_for("the follower sees the new mount", T, |a| {
+        a.logs("default/media", Some("follower"))
+            .contains("backup-stick")
+            .then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(agent.logs("default/media", Some("isolated")), "");
+    agent.remove_manifest("media.yaml");
+    agent.wait_for("the pod gone", T, |a| {
+        a.record("media").is_none().then_some(())
+    });
+    run(&["umount", usb.to_str().unwrap()]);
+    run(&["umount", host_str]);
 }
 
 #[test]

@@ -572,3 +572,41 @@ mod dns_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod host_path_tests {
+    use super::*;
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+
+    #[test]
+    fn special_file_types_are_told_apart() {
+        let dir = std::env::temp_dir().join(format!("nanolet-hostpath-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        // Device nodes of the test's own (loop0's and null's numbers): only
+        // their type matters, nothing opens them.
+        let block = dir.join("block");
+        let char = dir.join("char");
+        let made_block = mknod(&block, SFlag::S_IFBLK, Mode::S_IRUSR, makedev(7, 0));
+        let made_char = mknod(&char, SFlag::S_IFCHR, Mode::S_IRUSR, makedev(1, 3));
+        let check = |path: &Path, kind| check_host_path("v", &path.to_string_lossy(), kind);
+        let results = [
+            check(&socket, HostPathKind::Socket).is_ok(),
+            check(&block, HostPathKind::BlockDevice).is_ok(),
+            check(&char, HostPathKind::CharDevice).is_ok(),
+            check(&socket, HostPathKind::CharDevice).is_err(),
+            check(&char, HostPathKind::BlockDevice).is_err(),
+            check(&block, HostPathKind::Socket).is_err(),
+            check(&dir.join("absent"), HostPathKind::Socket).is_err(),
+        ];
+        drop(listener);
+        // Removed before asserting: a failure must not leave it behind.
+        fs::remove_dir_all(&dir).unwrap();
+        made_block.unwrap();
+        made_char.unwrap();
+        assert_eq!(results, [true; 7]);
+        let err = check_host_path("v", "/", HostPathKind::Socket).unwrap_err();
+        assert_eq!(err.to_string(), "volume v: hostPath /: is not a socket");
+    }
+}
