@@ -1,6 +1,7 @@
 //! The pod network through real CNI plugins (Debian's bridge, host-local and
 //! portmap): addresses in the pod status and /etc/hosts, pod-to-pod traffic,
-//! host ports, and DEL on deletion, also after `kill -9` of the agent. The
+//! host ports, DEL on deletion, also after `kill -9` of the agent, CHECK on
+//! adoption and a failed DEL retried by the next agent. The
 //! agent runs in a network namespace of the test's own, so the bridge, the
 //! veths and the iptables rules never touch the host's network.
 
@@ -10,7 +11,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Agent, Registry, TestNetns, pod_yaml, run};
+use common::{Agent, Registry, TempDir, TestNetns, pod_yaml, run};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -166,4 +167,70 @@ fn a_host_port_without_a_network_is_a_sandbox_error_not_a_silent_drop() {
     });
     let message = waiting["state"]["waiting"]["message"].as_str().unwrap();
     assert!(message.contains("hostPort"), "{message}");
+}
+
+#[test]
+fn a_broken_attachment_is_checked_on_adoption_and_a_failed_del_retried() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let netns = TestNetns::new();
+    netns.forward(&registry.addr);
+    // Plugins through a dir of the test's own, so they can go missing.
+    let scratch = TempDir::new("nanolet-cni-bin");
+    let bin = scratch.path().join("bin");
+    let link_plugins = || {
+        fs::create_dir_all(&bin).unwrap();
+        for plugin in ["bridge", "host-local", "portmap"] {
+            let _ = std::os::unix::fs::symlink(format!("/usr/lib/cni/{plugin}"), bin.join(plugin));
+        }
+    };
+    link_plugins();
+    let bin_arg = bin.to_string_lossy().into_owned();
+    let mut agent = Agent::start_in(&registry, Some(&netns), &["--cni-bin-dir", &bin_arg]);
+    let ipam = write_network(&agent);
+    agent.write_manifest(
+        "p.yaml",
+        &pod_yaml(
+            "p",
+            "  terminationGracePeriodSeconds: 1\n",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    let ip = pod_ip(&agent, "p");
+    assert_eq!(leased(&ipam), vec![ip.clone()]);
+
+    // The pod's veth vanishes while the agent is down: the next agent's
+    // CHECK says so, and the pod keeps running.
+    agent.kill9();
+    let links = netns.links();
+    let veth = links
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .find(|name| name.starts_with("veth"))
+        .map(|name| name.split('@').next().unwrap_or(name).to_owned())
+        .unwrap_or_else(|| panic!("no veth: {links}"));
+    run(netns.command("ip").args(["link", "del", &veth]));
+    agent.spawn();
+    agent.wait_for("the failed CHECK reported", T, |a| {
+        a.log().contains("failed (CHECK)").then_some(())
+    });
+    let c = agent.container_status("p", "c").unwrap();
+    assert_eq!(c["restartCount"], 0, "{c:#}");
+
+    // DEL fails (the plugins are gone): the pod goes, its attachment is
+    // parked, and the address stays leased...
+    fs::remove_dir_all(&bin).unwrap();
+    agent.remove_manifest("p.yaml");
+    agent.wait_for("the pod gone", T, |a| a.record("p").is_none().then_some(()));
+    let parked = agent.state.join("cni-parked");
+    assert_eq!(fs::read_dir(&parked).unwrap().count(), 1);
+    assert_eq!(leased(&ipam), vec![ip]);
+    // ... until an agent starts with the plugins back.
+    link_plugins();
+    agent.kill9();
+    agent.spawn();
+    agent.wait_for("the parked DEL done", T, |_| {
+        leased(&ipam).is_empty().then_some(())
+    });
+    assert_eq!(fs::read_dir(&parked).unwrap().count(), 0);
 }
