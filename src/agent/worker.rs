@@ -93,10 +93,23 @@ pub struct Worker {
     /// Probes run as tasks of their own (a slow one must not hold up the
     /// pod's other work) and report here.
     probe_results: (Sender<ProbeResult>, Receiver<ProbeResult>),
+    /// Why the pod was evicted (it runs nothing more); kept in its dir.
+    evicted: Option<String>,
+    /// When the disk emptyDirs with a sizeLimit are measured next.
+    storage_check_at: Option<Instant>,
 }
 
 /// The host file behind a container's terminationMessagePath, in its bundle.
 const TERMINATION_LOG: &str = "termination-log";
+
+/// How often emptyDir sizeLimits are checked: upstream's eviction interval.
+const STORAGE_CHECK: Duration = Duration::from_secs(10);
+
+/// Where an evicted pod's reason is kept, so that no restart of the agent
+/// runs it again.
+fn dir_evicted(pod_dir: &Path) -> PathBuf {
+    pod_dir.join("evicted")
+}
 
 /// Writable by whatever user the container runs as, as upstream makes it.
 fn create_termination_log(path: &Path) -> std::io::Result<()> {
@@ -165,6 +178,7 @@ impl Worker {
             })
             .collect();
         let (exits_tx, exits_rx) = smol::channel::unbounded();
+        let evicted = std::fs::read_to_string(dir_evicted(&dir)).ok();
         let objects = checkpoint::read_objects(&dir)
             .ok()
             .flatten()
@@ -194,6 +208,8 @@ impl Worker {
             volumes_written: None,
             objects_changed,
             probe_results: smol::channel::unbounded(),
+            evicted,
+            storage_check_at: None,
         }
     }
 
@@ -220,6 +236,7 @@ impl Worker {
             let terminate = async { Some(control.recv().await.ok()) };
             let mut progressed = false;
             if let Some(control) = async {
+                self.check_local_storage().await;
                 progressed = self.sync().await;
                 self.launch_probes();
                 None
@@ -459,6 +476,7 @@ impl Worker {
             .chain(self.containers.iter().filter_map(|c| c.kill_at))
             .chain(self.containers.iter().filter_map(|c| c.probes.next_at()))
             .chain(refresh)
+            .chain(self.storage_check_at.filter(|_| self.evicted.is_none()))
             .min()
     }
 
@@ -891,8 +909,99 @@ impl Worker {
         }
     }
 
+    /// The pod's disk emptyDirs with a sizeLimit: (name, dir, limit bytes,
+    /// limit as written).
+    fn limited_volumes(&self) -> Vec<(String, PathBuf, u64, String)> {
+        let written = |name: &str| -> String {
+            self.pod
+                .manifest
+                .spec
+                .as_ref()
+                .and_then(|s| s.volumes.as_ref())
+                .and_then(|v| v.iter().find(|v| v.name == name))
+                .and_then(|v| v.empty_dir.as_ref())
+                .and_then(|e| e.size_limit.as_ref())
+                .map(|q| q.0.clone())
+                .unwrap_or_default()
+        };
+        self.pod
+            .volumes
+            .iter()
+            .filter_map(|v| match v.source {
+                VolumeSource::EmptyDir {
+                    memory: false,
+                    size_limit: Some(limit),
+                } => Some((
+                    v.name.clone(),
+                    self.dir.join("volumes").join(&v.name),
+                    limit,
+                    written(&v.name),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Upstream's local storage eviction for emptyDir sizeLimits: a pod
+    /// whose disk emptyDir holds more than its limit is evicted.
+    async fn check_local_storage(&mut self) {
+        let now = Instant::now();
+        if self.evicted.is_some() || self.storage_check_at.is_some_and(|t| t > now) {
+            return;
+        }
+        let volumes = self.limited_volumes();
+        if volumes.is_empty() {
+            return;
+        }
+        self.storage_check_at = Some(now + STORAGE_CHECK);
+        for (name, dir, limit, written) in volumes {
+            let used = smol::unblock(move || crate::runtime::disk_usage::disk_usage(&dir)).await;
+            match used {
+                Ok(used) if used > limit => {
+                    let message = format!(
+                        "Usage of EmptyDir volume {name:?} exceeds the limit {written:?}. "
+                    );
+                    self.evict(message).await;
+                    return;
+                }
+                Ok(_) => {}
+                // Not made yet (the sandbox comes with the first start).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => log::warn!("pod {}: measuring volume {name}: {e}", self.pod.full_name()),
+            }
+        }
+    }
+
+    /// Ends the pod for good, as upstream's eviction manager does: its
+    /// containers are killed at once and it fails with reason Evicted.
+    async fn evict(&mut self, message: String) {
+        let name = self.pod.full_name();
+        log::warn!("pod {name}: evicted: {message}");
+        self.event(None, EventType::Warning, "Evicted", message.clone());
+        let marker = dir_evicted(&self.dir);
+        let text = message.clone();
+        if let Err(e) = smol::unblock(move || std::fs::write(&marker, text)).await {
+            log::error!("pod {name}: recording its eviction: {e}");
+        }
+        self.evicted = Some(message);
+        for c in &mut self.containers {
+            c.probes.stop();
+            c.retry_at = None;
+            let running = c.record.view.terminated.is_none();
+            if let Some(id) = c.record.view.container_id.clone().filter(|_| running)
+                && let Err(e) = self.ctx.runtime.kill(&id, "KILL").await
+            {
+                log::warn!("pod {name}: {e}");
+            }
+        }
+        self.write_status();
+    }
+
     /// One level-triggered pass; true if it started a container.
     async fn sync(&mut self) -> bool {
+        if self.evicted.is_some() {
+            return false;
+        }
         let now = Instant::now();
         for c in &mut self.containers {
             if c.retry_at.is_some_and(|t| t <= now) {
@@ -1704,6 +1813,9 @@ impl Worker {
             &pod_ips,
             lifecycle,
         );
+        if let Some(message) = &self.evicted {
+            status::mark_evicted(&mut status, message);
+        }
         status.host_ip = self.ctx.host_ip.map(|ip| ip.to_string());
         status.host_ips = self
             .ctx

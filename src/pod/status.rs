@@ -101,6 +101,25 @@ pub fn previously_initialized(pod: &Pod, views: &[ContainerView]) -> bool {
         .any(|v| v.container_id.is_some())
 }
 
+/// An evicted pod as upstream reports it: Failed, reason Evicted, and the
+/// DisruptionTarget condition saying the kubelet ended it.
+pub fn mark_evicted(status: &mut core::PodStatus, message: &str) {
+    status.phase = Some("Failed".into());
+    status.reason = Some("Evicted".into());
+    status.message = Some(message.to_owned());
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    if !conditions.iter().any(|c| c.type_ == "DisruptionTarget") {
+        conditions.push(core::PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("TerminationByKubelet".into()),
+            message: Some(message.to_owned()),
+            last_transition_time: Some(time(Timestamp::now())),
+            ..Default::default()
+        });
+    }
+}
+
 /// An init container that failed and will not run again: the pod failed.
 fn init_failed(pod: &Pod, role: ContainerRole, view: &ContainerView) -> bool {
     role == ContainerRole::Init

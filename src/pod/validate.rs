@@ -887,13 +887,6 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
                         .map_err(|e| invalid(format!("{field}.emptyDir.sizeLimit"), e.to_string()))
                 })
                 .transpose()?;
-            if size_limit.is_some() && !memory {
-                // Upstream enforces it on disk by evicting the pod; nanolet
-                // has no eviction yet.
-                return Err(unsupported(format!(
-                    "{field}.emptyDir.sizeLimit without medium: Memory"
-                )));
-            }
             VolumeSource::EmptyDir { memory, size_limit }
         } else if let Some(host) = &v.host_path {
             if !host.path.starts_with('/') {

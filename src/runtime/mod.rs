@@ -2,6 +2,7 @@
 //! (rootfs + OCI spec), the OCI runtime driver and the pod monitor.
 
 pub mod cni;
+pub mod disk_usage;
 pub mod monitor_client;
 pub mod pause;
 pub mod protocol;
