@@ -28,7 +28,7 @@ use crate::pod::{Container, ContainerRole, Pod, ProjectionSource, RestartPolicy,
 use crate::runtime::monitor_client::{self, MonitorConnection, MonitorEvent};
 use crate::runtime::protocol::Exit;
 use crate::runtime::spec::{self, PodPaths, SpecInput};
-use crate::runtime::{Bundle, sandbox};
+use crate::runtime::{Bundle, sandbox, sub_path};
 use k8s_openapi::api::core::v1 as core;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -1477,6 +1477,22 @@ impl Worker {
                 .paths
                 .as_ref()
                 .ok_or(("CreateContainerError", "no sandbox".to_owned()))?;
+            let pinned_sub_paths = spec_container
+                .mounts
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    let root = paths.volumes.iter().find(|(name, _)| *name == m.volume);
+                    match (&m.sub_path, root) {
+                        (Some(sub), Some((_, root))) => {
+                            let target = bundle.sub_path_target(i);
+                            sub_path::pin(root, sub, &target).map(|()| Some(target))
+                        }
+                        _ => Ok(None),
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
             let spec = spec::build(&SpecInput {
                 pod: &self.pod,
                 container: &spec_container,
@@ -1489,6 +1505,7 @@ impl Worker {
                 termination_log: Some(&termination_log),
                 memory_capacity: self.ctx.memory_capacity,
                 seccomp_root: &self.ctx.layout.seccomp(),
+                pinned_sub_paths: &pinned_sub_paths,
             })
             .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
             bundle

@@ -10,6 +10,7 @@ pub mod runc;
 pub mod sandbox;
 pub mod seccomp;
 pub mod spec;
+pub mod sub_path;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -65,6 +66,11 @@ impl Bundle {
         Ok(rootfs)
     }
 
+    /// Where the subPath of the container's `index`th mount is pinned.
+    pub fn sub_path_target(&self, index: usize) -> PathBuf {
+        self.dir.join("subpaths").join(index.to_string())
+    }
+
     pub fn write_spec(&self, spec: &spec::Spec) -> Result<(), BundleError> {
         let path = self.dir.join("config.json");
         Ok(crate::state::write_json(
@@ -79,7 +85,10 @@ impl Bundle {
     /// Idempotent.
     pub async fn remove(&self, runtime: &Runtime, container_id: &str) -> Result<(), BundleError> {
         runtime.delete(container_id).await?;
-        mount::unmount(&self.rootfs())?;
+        // The rootfs and the pinned subPaths.
+        for mounted in mount::mounts_under(&self.dir) {
+            mount::unmount(&mounted)?;
+        }
         let dir = self.dir.clone();
         Ok(smol::unblock(move || crate::state::remove_tree(&dir)).await?)
     }

@@ -177,38 +177,6 @@ const DEFAULT_CAPS: &[&str] = &[
     "CAP_AUDIT_WRITE",
 ];
 
-/// The host path of a volume's `subPath`, created as directories where
-/// missing, as upstream does. No component may be a symlink: the volume is
-/// the container's to write, and a link it planted must not lead the
-/// agent (creating directories) or the runtime (mounting) out of it.
-/// Checked here, then mounted by the runtime: a container that swaps a
-/// directory for a link between the two could still win that race
-/// (upstream binds through an fd; not done yet).
-fn sub_path(root: &Path, sub: &str) -> Result<PathBuf, SpecError> {
-    let fail = |reason: String| SpecError::SubPath {
-        sub_path: sub.to_owned(),
-        reason,
-    };
-    let mut path = root.to_owned();
-    for part in Path::new(sub).components() {
-        let std::path::Component::Normal(part) = part else {
-            return Err(fail("must be a relative path without '..'".into()));
-        };
-        path.push(part);
-        match std::fs::symlink_metadata(&path) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(fail(format!("{} is a symlink", path.display())));
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir(&path).map_err(|e| fail(e.to_string()))?;
-            }
-            Err(e) => return Err(fail(e.to_string())),
-        }
-    }
-    Ok(path)
-}
-
 /// The container's capabilities, as containerd computes them from the
 /// defaults: `ALL` in add, then `ALL` in drop, then the named ones added and
 /// dropped. Privileged containers get all the host has. Only capabilities
@@ -523,6 +491,9 @@ pub struct SpecInput<'a> {
     pub memory_capacity: u64,
     /// Where Localhost seccomp profiles are.
     pub seccomp_root: &'a Path,
+    /// For each of the container's mounts, where its subPath is pinned
+    /// (see `sub_path::pin`).
+    pub pinned_sub_paths: &'a [Option<PathBuf>],
 }
 
 pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
@@ -611,11 +582,17 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             &["nosuid", "noexec", "nodev", "relatime", "rw"],
         ));
     }
-    for m in &container.mounts {
+    for (i, m) in container.mounts.iter().enumerate() {
         if let Some((_, root)) = paths.volumes.iter().find(|(name, _)| *name == m.volume) {
-            let source = match &m.sub_path {
-                Some(sub) => sub_path(root, sub)?,
-                None => root.clone(),
+            let source = match (&m.sub_path, input.pinned_sub_paths.get(i)) {
+                (Some(_), Some(Some(pinned))) => pinned.clone(),
+                (Some(sub), _) => {
+                    return Err(SpecError::SubPath {
+                        sub_path: sub.clone(),
+                        reason: "not pinned".into(),
+                    });
+                }
+                (None, _) => root.clone(),
             };
             let mut volume = bind(&m.path, &source, m.read_only);
             volume.options.retain(|o| o != "rprivate");
@@ -765,26 +742,6 @@ mod tests {
             cmd: v(cmd),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn sub_paths_are_created_and_never_go_through_links() {
-        let dir = std::env::temp_dir().join(format!("nanolet-subpath-{}", std::process::id()));
-        let volume = dir.join("volume");
-        std::fs::create_dir_all(&volume).unwrap();
-        let created = sub_path(&volume, "a/b");
-        let is_dir = volume.join("a/b").is_dir();
-        // A link the container planted, to the host's root.
-        std::os::unix::fs::symlink("/", volume.join("escape")).unwrap();
-        let through_link = sub_path(&volume, "escape/etc");
-        let up = sub_path(&volume, "../x");
-        // Removed before asserting: a failure must not leave it behind.
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(created.unwrap(), volume.join("a/b"));
-        assert!(is_dir);
-        let err = through_link.unwrap_err();
-        assert!(err.to_string().contains("symlink"), "{err}");
-        assert!(up.is_err());
     }
 
     #[test]
