@@ -115,7 +115,7 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
         made.unwrap();
         assert!(is_dir);
-        assert_eq!(through.unwrap(), true);
+        assert!(through.unwrap());
         assert_eq!(still.as_deref(), Some("in"));
         let err = through_link.unwrap_err();
         assert!(err.reason.contains("is a symlink"), "{err}");
