@@ -131,7 +131,7 @@ fn node_registers_runs_pods_and_deletes_them() {
     let manifests = [
         pod_manifest("web", &image, "", "echo hello; sleep 3600"),
         pod_manifest("fails", &image, "  restartPolicy: Never\n", "exit 3"),
-        pod_manifest("odd", &image, "  shareProcessNamespace: true\n", "sleep 1"),
+        pod_manifest("odd", &image, "  affinity: {}\n", "sleep 1"),
         pod_manifest("crashy", &image, "", "exit 1"),
         pod_manifest("hostnet", &image, "  hostNetwork: true\n", "exec sleep 3600"),
         // Asks for more CPU than any node of this test has.
@@ -200,7 +200,7 @@ fn node_registers_runs_pods_and_deletes_them() {
     });
     let odd = get(&api, &["get", "pod", "odd"]).unwrap();
     let message = odd["status"]["message"].as_str().unwrap();
-    assert!(message.contains("spec.shareProcessNamespace"), "{message}");
+    assert!(message.contains("spec.affinity"), "{message}");
 
     // Reasons and events, as kubectl shows them.
     wait(&agent, "CrashLoopBackOff", T, || {
