@@ -399,7 +399,7 @@ fn volumes_and_environment_from_the_api_server() {
     let image = registry.push("test/busybox:1", &[]);
     let api = ApiServer::start();
     let agent = Agent::join(&registry, &api, "edge-2", &[]);
-    let script = "echo G=$GREETING P=$(PASS) N=$POD_NAME M=$MEM H=$HOST; cat /etc/cfg/greeting /etc/sec/password /etc/info/labels; echo; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; wc -c < /var/run/secrets/kubernetes.io/serviceaccount/ca.crt; cut -d. -f1 /var/run/secrets/kubernetes.io/serviceaccount/token; stat -c %a /etc/sec/..data/password; sleep 3600";
+    let script = "echo G=$GREETING P=$(PASS) N=$POD_NAME M=$MEM H=$HOST; cat /etc/cfg/greeting /etc/sec/password /etc/info/labels; echo; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; wc -c < /var/run/secrets/kubernetes.io/serviceaccount/ca.crt; cut -d. -f1 /var/run/secrets/kubernetes.io/serviceaccount/token; stat -c %a /etc/sec/..data/password; cat /etc/one; echo; sleep 3600";
     // The pod keeps its default service account token volume.
     let manifests = format!(
         r#"{CFG_AND_SECRET}apiVersion: v1
@@ -420,6 +420,7 @@ spec:
     - {{name: MEM, valueFrom: {{resourceFieldRef: {{resource: limits.memory, divisor: 1Mi}}}}}}
     volumeMounts:
     - {{name: cfg, mountPath: /etc/cfg}}
+    - {{name: cfg, mountPath: /etc/one, subPath: greeting}}
     - {{name: sec, mountPath: /etc/sec}}
     - {{name: info, mountPath: /etc/info}}
   volumes:
@@ -436,7 +437,7 @@ spec:
             .next()?
             .path();
         let text = std::fs::read_to_string(dir.join("main/0.log")).ok()?;
-        text.contains("400").then_some(text)
+        (text.lines().count() >= 7).then_some(text)
     });
     let lines: Vec<&str> = log
         .lines()
@@ -454,6 +455,9 @@ spec:
     // The token is a JWT from the TokenRequest API (its header part).
     assert!(lines[4].starts_with("eyJ"), "{log}");
     assert_eq!(lines[5], "400", "{log}");
+    // A subPath into a ConfigMap volume: its keys are links into ..data,
+    // which stay inside the volume.
+    assert_eq!(lines[6], "hello", "{log}");
     // Secret volumes live on tmpfs, and the checkpoint is root-only.
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(
@@ -689,6 +693,53 @@ spec:
         Duration::from_secs(60),
         || (running(&api, "app") && running(&api, "fresh")).then_some(()),
     );
+}
+
+#[test]
+fn an_empty_dir_over_its_size_limit_gets_the_pod_evicted() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let mut agent = Agent::join(&registry, &api, "edge-6", &[]);
+    let fill = "dd if=/dev/zero of=/cache/big bs=1024 count=2048 2>/dev/null; sleep 3600";
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: filler}}\nspec:\n  terminationGracePeriodSeconds: 30\n  volumes: [{{name: cache, emptyDir: {{sizeLimit: 1Mi}}}}]\n  containers:\n  - name: main\n    image: {image}\n    command: [sh, -c, {fill:?}]\n    volumeMounts: [{{name: cache, mountPath: /cache}}]\n"
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+    // Measured every 10 s, as upstream's eviction manager does.
+    let pod = wait(&agent, "the pod evicted", T, || {
+        let p = get(&api, &["get", "pod", "filler"])?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    let status = &pod["status"];
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    assert_eq!(
+        status["message"],
+        "Usage of EmptyDir volume \"cache\" exceeds the limit \"1Mi\". "
+    );
+    assert!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "DisruptionTarget" && c["reason"] == "TerminationByKubelet"),
+        "{status:#}"
+    );
+    // Killed at once, not after its 30 s grace, with a Warning event.
+    wait(&agent, "the container killed", T, || {
+        let p = get(&api, &["get", "pod", "filler"])?;
+        let state = &p["status"]["containerStatuses"][0]["state"];
+        (state["terminated"]["exitCode"] == 137).then_some(())
+    });
+    let events = api.kubectl_ok(&["get", "events"], None);
+    assert!(events.contains("Evicted"), "{events}");
+    // Never started again, not even by the next agent.
+    agent.kill9();
+    agent.spawn();
+    std::thread::sleep(Duration::from_secs(3));
+    let p = get(&api, &["get", "pod", "filler"]).unwrap();
+    assert_eq!(p["status"]["reason"], "Evicted");
+    assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
 }
 
 /// The node's requests in the API server's record since it was cleared.

@@ -40,6 +40,10 @@ pub struct ContainerRecord {
     /// The image's STOPSIGNAL for the current instance.
     #[serde(default)]
     pub stop_signal: Option<String>,
+    /// Its last instance ran in a sandbox since recreated (a reboot): the
+    /// pod starts over from its first init container, as upstream's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_old_sandbox: bool,
 }
 
 impl ContainerRecord {

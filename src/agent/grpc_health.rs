@@ -40,7 +40,8 @@ where
         .handshake::<_, Full<Bytes>>(HyperIo(stream))
         .await
         .map_err(|e| format!("error: failed to connect service at {authority:?}: {e}"))?;
-    // Dropped (and with it the socket) when the check returns.
+    // Ends (closing the socket) once the sender is dropped with the check's
+    // end, or at once if the check is abandoned at its timeout.
     let _connection = crate::rt::spawn(connection);
     let request = http::Request::post(format!("http://{authority}{PATH}"))
         .header(http::header::CONTENT_TYPE, "application/grpc")
@@ -124,8 +125,8 @@ fn response_status(body: &[u8]) -> Option<u64> {
     if compressed != 0 || rest.len() < 4 {
         return None;
     }
-    let len = u32::from_be_bytes(rest[..4].try_into().ok()?) as usize;
-    let mut message = rest.get(4..4 + len)?;
+    let len = usize::try_from(u32::from_be_bytes(rest[..4].try_into().ok()?)).ok()?;
+    let mut message = rest.get(4..4usize.checked_add(len)?)?;
     let mut status = 0;
     while let Some((key, rest)) = varint(message) {
         message = rest;

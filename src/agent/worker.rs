@@ -57,9 +57,6 @@ struct ContainerState {
     kill_at: Option<Instant>,
     /// The running instance's probes.
     probes: ProbeTracker,
-    /// Its last instance ran in a sandbox since recreated (a reboot): the
-    /// pod starts over from its first init container, as upstream's.
-    from_old_sandbox: bool,
 }
 
 pub struct Worker {
@@ -104,6 +101,10 @@ const TERMINATION_LOG: &str = "termination-log";
 
 /// How often emptyDir sizeLimits are checked: upstream's eviction interval.
 const STORAGE_CHECK: Duration = Duration::from_secs(10);
+
+/// Upstream's `scheduling.SystemCriticalPriority`: pods at or above it are
+/// never evicted.
+const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
 /// Where an evicted pod's reason is kept, so that no restart of the agent
 /// runs it again.
@@ -165,6 +166,7 @@ impl Worker {
                             ..Default::default()
                         },
                         stop_signal: None,
+                        from_old_sandbox: false,
                     }),
                 exited_at: None,
                 restart_backoff: Backoff::default(),
@@ -174,7 +176,6 @@ impl Worker {
                 restart_for_update: false,
                 kill_at: None,
                 probes: ProbeTracker::default(),
-                from_old_sandbox: false,
             })
             .collect();
         let (exits_tx, exits_rx) = smol::channel::unbounded();
@@ -219,6 +220,9 @@ impl Worker {
             log::error!("pod {name}: {e}");
         }
         self.adopt().await;
+        if self.evicted.is_some() {
+            self.kill_all_now().await;
+        }
         loop {
             if self.terminating {
                 self.terminate().await;
@@ -258,8 +262,21 @@ impl Worker {
                 Wake::Control(control) => self.on_control(control).await,
                 Wake::Exit(exit) => self.on_exit(exit).await,
                 // Then the pass: a sidecar's passed startup probe may let
-                // the next container start.
-                Wake::Probe(result) => self.on_probe_result(result).await,
+                // the next container start. A liveness kill runs preStop
+                // hooks: a deletion meanwhile takes over, as in the pass.
+                Wake::Probe(result) => {
+                    let control = self.control.clone();
+                    let terminate = async { Some(control.recv().await.ok()) };
+                    if let Some(control) = async {
+                        self.on_probe_result(result).await;
+                        None
+                    }
+                    .or(terminate)
+                    .await
+                    {
+                        self.on_control(control).await;
+                    }
+                }
                 Wake::MonitorLost => self.on_monitor_lost().await,
                 Wake::Timer => {}
                 // The next pass rewrites the volumes.
@@ -730,7 +747,7 @@ impl Worker {
         let mut any = false;
         for c in &mut self.containers {
             if c.record.view.container_id.is_some() {
-                c.from_old_sandbox = true;
+                c.record.from_old_sandbox = true;
                 any = true;
             }
         }
@@ -752,7 +769,7 @@ impl Worker {
             .iter()
             .map(|c| {
                 let mut view = c.record.view.clone();
-                if c.from_old_sandbox {
+                if c.record.from_old_sandbox {
                     view.container_id = None;
                     view.terminated = None;
                 }
@@ -765,7 +782,7 @@ impl Worker {
         (0..n)
             .find(|&i| {
                 let c = &self.containers[i];
-                if c.from_old_sandbox {
+                if c.record.from_old_sandbox {
                     return true;
                 }
                 let view = ContainerView {
@@ -840,13 +857,6 @@ impl Worker {
     }
 
     async fn ensure_sandbox(&mut self) -> bool {
-        // A killed pause took the pod's processes and its PID namespace.
-        if self.pod.share_process_namespace
-            && self.paths.is_some()
-            && !crate::runtime::pause::alive(&self.dir.join("ns"))
-        {
-            self.paths = None;
-        }
         if self.paths.is_some() && self.monitor.is_some() {
             return true;
         }
@@ -869,6 +879,8 @@ impl Worker {
                 .map_err(|e| e.to_string())?;
                 if paths.recreated {
                     self.start_over_in_new_sandbox();
+                    self.save_containers();
+                    sandbox::recreation_handled(&self.dir).map_err(|e| e.to_string())?;
                 }
                 self.paths = Some(paths);
             }
@@ -943,10 +955,28 @@ impl Worker {
     }
 
     /// Upstream's local storage eviction for emptyDir sizeLimits: a pod
-    /// whose disk emptyDir holds more than its limit is evicted.
+    /// whose disk emptyDir holds more than its limit is evicted. As
+    /// upstream, only active pods, and never critical ones (static pods and
+    /// system priorities), which would not be admitted again.
     async fn check_local_storage(&mut self) {
         let now = Instant::now();
         if self.evicted.is_some() || self.storage_check_at.is_some_and(|t| t > now) {
+            return;
+        }
+        let critical = self.pod.source != super::API_SOURCE
+            || self
+                .pod
+                .manifest
+                .spec
+                .as_ref()
+                .and_then(|s| s.priority)
+                .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);
+        let finished = self
+            .last_status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        if critical || finished {
             return;
         }
         let volumes = self.limited_volumes();
@@ -966,7 +996,7 @@ impl Worker {
                 }
                 Ok(_) => {}
                 // Not made yet (the sandbox comes with the first start).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.source == nix::errno::Errno::ENOENT => {}
                 Err(e) => log::warn!("pod {}: measuring volume {name}: {e}", self.pod.full_name()),
             }
         }
@@ -984,6 +1014,14 @@ impl Worker {
             log::error!("pod {name}: recording its eviction: {e}");
         }
         self.evicted = Some(message);
+        self.kill_all_now().await;
+        self.write_status();
+    }
+
+    /// SIGKILL to every running instance, nothing started again: what an
+    /// eviction does (also when an agent crashed halfway through one).
+    async fn kill_all_now(&mut self) {
+        let name = self.pod.full_name();
         for c in &mut self.containers {
             c.probes.stop();
             c.retry_at = None;
@@ -994,7 +1032,6 @@ impl Worker {
                 log::warn!("pod {name}: {e}");
             }
         }
-        self.write_status();
     }
 
     /// One level-triggered pass; true if it started a container.
@@ -1022,11 +1059,18 @@ impl Worker {
         }
         self.stop_sidecars_when_done().await;
         let n_init = self.pod.init_containers.len();
+        // A killed pause took the pod's processes and its PID namespace.
+        if self.pod.share_process_namespace
+            && self.paths.is_some()
+            && !crate::runtime::pause::alive(&self.dir.join("ns"))
+        {
+            self.paths = None;
+        }
         // A pod with init containers that ran before and has a container to
         // restart sets up its sandbox first: if that is a new one, the
         // init containers go first again (see start_over_in_new_sandbox).
         if self.paths.is_none() && n_init > 0 && self.pod.restart_policy != RestartPolicy::Never {
-            let restart_pending = (n_init..self.containers.len()).any(|i| {
+            let restart_pending = (0..self.containers.len()).any(|i| {
                 let view = &self.containers[i].record.view;
                 view.container_id.is_some()
                     && view
@@ -1065,7 +1109,7 @@ impl Worker {
             if let Some(terminated) = view.terminated.clone() {
                 let updated = self.containers[i].restart_for_update;
                 // An init container that completed in an earlier sandbox.
-                let rerun = i < n_init && self.containers[i].from_old_sandbox;
+                let rerun = i < n_init && self.containers[i].record.from_old_sandbox;
                 if !self.wants_restart(i, &terminated) && !updated && !rerun {
                     continue;
                 }
@@ -1220,8 +1264,6 @@ impl Worker {
         }
     }
 
-    /// Runs the probes that are due, together, and acts on their results;
-    /// true if a container became started.
     /// Starts the probes that are due, each as a task of the loop that
     /// reports to `probe_results`.
     fn launch_probes(&mut self) {
@@ -1526,7 +1568,7 @@ impl Worker {
         let restart_count = {
             let c = &mut self.containers[i];
             c.restart_for_update = false;
-            c.from_old_sandbox = false;
+            c.record.from_old_sandbox = false;
             c.kill_at = None;
             if let Some(previous) = c.record.view.terminated.take() {
                 c.record.view.last_terminated = Some(previous);

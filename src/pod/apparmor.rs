@@ -1,7 +1,8 @@
 //! AppArmor profiles of containers, admitted as upstream's kubelet does: a
 //! pod that asks for confinement (any profile but Unconfined) runs only
-//! where the kernel has AppArmor enabled ("Cannot enforce AppArmor"), and a
-//! Localhost profile must be loaded. A container's profile is its own
+//! where the kernel has AppArmor enabled ("Cannot enforce AppArmor"). A
+//! Localhost profile that is not loaded fails in the runtime when the
+//! container is created, as upstream. A container's profile is its own
 //! `appArmorProfile`, else the deprecated per-container annotation, else
 //! the pod's, in upstream's order.
 
@@ -78,9 +79,8 @@ pub fn from_annotation(
     }
 }
 
-/// Whether the pod may run on a host whose AppArmor is `enabled` with
-/// `loaded` profiles.
-pub fn admit(pod: &Pod, enabled: bool, loaded: &[String]) -> Result<(), PodError> {
+/// Whether the pod may run on a host whose AppArmor is `enabled`.
+pub fn admit(pod: &Pod, enabled: bool) -> Result<(), PodError> {
     for container in pod.all_containers() {
         let profile = container.security.apparmor.as_ref();
         match profile {
@@ -89,11 +89,6 @@ pub fn admit(pod: &Pod, enabled: bool, loaded: &[String]) -> Result<(), PodError
                 return Err(PodError::AppArmor(
                     "AppArmor is not enabled on the host".into(),
                 ));
-            }
-            Some(AppArmorProfile::Localhost(name)) if !loaded.contains(name) => {
-                return Err(PodError::AppArmor(format!(
-                    "profile {name:?} is not loaded"
-                )));
             }
             Some(AppArmorProfile::Localhost(_)) => {}
             // nanolet ships no profile of its own yet (containerd loads
@@ -111,33 +106,16 @@ pub fn admit(pod: &Pod, enabled: bool, loaded: &[String]) -> Result<(), PodError
     Ok(())
 }
 
-/// [`admit`] on this host. Whether AppArmor is enabled is read once (it
-/// takes a reboot to change); the loaded profiles when a pod names one, as
-/// they are loaded at any time.
+/// [`admit`] on this host, whose AppArmor is read once: it takes a reboot
+/// to change, so admitting a pod again (each manifest scan does) always
+/// gives the same answer.
 pub fn admit_on_host(pod: &Pod) -> Result<(), PodError> {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let enabled = *ENABLED.get_or_init(|| {
         std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
             .is_ok_and(|v| v.trim_start().starts_with('Y'))
     });
-    let wants_localhost = pod
-        .all_containers()
-        .any(|c| matches!(c.security.apparmor, Some(AppArmorProfile::Localhost(_))));
-    let loaded = if enabled && wants_localhost {
-        std::fs::read_to_string("/sys/kernel/security/apparmor/profiles")
-            .map(|text| loaded_profiles(&text))
-            .unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    admit(pod, enabled, &loaded)
-}
-
-/// Names from the kernel's list: `name (mode)` per line.
-fn loaded_profiles(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|line| line.rsplit_once(" (").map(|(name, _)| name.to_owned()))
-        .collect()
+    admit(pod, enabled)
 }
 
 #[cfg(test)]
@@ -175,27 +153,13 @@ mod tests {
         );
 
         // Without AppArmor on the host only Unconfined (or nothing) runs.
-        assert!(admit(&both, false, &[]).is_ok());
-        assert!(admit(&pod(json!({}), json!({})), false, &[]).is_ok());
-        let err = admit(&localhost, false, &[]).unwrap_err();
+        assert!(admit(&both, false).is_ok());
+        assert!(admit(&pod(json!({}), json!({})), false).is_ok());
+        let err = admit(&localhost, false).unwrap_err();
         assert_eq!(
             err.to_string(),
             "Cannot enforce AppArmor: AppArmor is not enabled on the host"
         );
-        let err = admit(&localhost, true, &["other".into()]).unwrap_err();
-        assert!(
-            err.to_string().contains("\"edge-web\" is not loaded"),
-            "{err}"
-        );
-        assert!(admit(&localhost, true, &["edge-web".into()]).is_ok());
-    }
-
-    #[test]
-    fn the_kernels_list_of_profiles() {
-        let text = "edge-web (enforce)\n/usr/bin/man (complain)\nnanolet x (enforce)\n";
-        assert_eq!(
-            loaded_profiles(text),
-            ["edge-web", "/usr/bin/man", "nanolet x"]
-        );
+        assert!(admit(&localhost, true).is_ok());
     }
 }

@@ -4,40 +4,81 @@
 //! the tree: callers run it off the event loop.
 
 use std::collections::HashSet;
-use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
-/// Bytes allocated under `root` (itself included).
-pub fn disk_usage(root: &Path) -> io::Result<u64> {
-    let top = std::fs::symlink_metadata(root)?;
-    let device = top.dev();
+use nix::dir::Dir;
+use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
+
+#[derive(Debug, thiserror::Error)]
+#[error("measuring {path}: {source}")]
+pub struct DiskUsageError {
+    pub path: PathBuf,
+    pub source: nix::Error,
+}
+
+/// Bytes allocated under `root` (itself included). The walk goes by file
+/// descriptor and never follows a link: the tree is a container's to
+/// change while it is measured.
+pub fn disk_usage(root: &Path) -> Result<u64, DiskUsageError> {
+    let fail = |path: &Path| {
+        let path = path.to_owned();
+        move |source| DiskUsageError { path, source }
+    };
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let top = nix::fcntl::open(root, flags, Mode::empty()).map_err(fail(root))?;
+    let top_stat = fstat(&top).map_err(fail(root))?;
+    let device = top_stat.st_dev;
     let mut seen_links = HashSet::new();
-    let mut total = top.blocks() * 512;
-    let mut pending = vec![root.to_owned()];
-    while let Some(dir) = pending.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            // Removed meanwhile: the container is writing as we count.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        for entry in entries {
-            let Ok(entry) = entry else { continue };
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.dev() != device {
+    let mut total = allocated(&top_stat);
+    let mut pending: Vec<(OwnedFd, PathBuf)> = vec![(top, root.to_owned())];
+    while let Some((fd, path)) = pending.pop() {
+        let mut dir = Dir::from_fd(fd).map_err(fail(&path))?;
+        let names: Vec<std::ffi::CString> = dir
+            .iter()
+            .flatten()
+            .map(|entry| entry.file_name().to_owned())
+            .filter(|name| name.to_bytes() != b"." && name.to_bytes() != b"..")
+            .collect();
+        let mut subdirs = Vec::new();
+        for name in names {
+            // Gone meanwhile, or unreadable: not counted.
+            let Ok(stat) = fstatat(&dir, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            if stat.st_dev != device {
                 continue;
             }
-            if meta.nlink() > 1 && !meta.is_dir() && !seen_links.insert(meta.ino()) {
+            let is_dir = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
+            if stat.st_nlink > 1 && !is_dir && !seen_links.insert(stat.st_ino) {
                 continue;
             }
-            total += meta.blocks() * 512;
-            if meta.is_dir() {
-                pending.push(entry.path());
+            total += allocated(&stat);
+            if is_dir {
+                subdirs.push(name);
+            }
+        }
+        for name in subdirs {
+            let sub_path = path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+            match openat(&dir, name.as_c_str(), flags, Mode::empty()) {
+                Ok(sub) => pending.push((sub, sub_path)),
+                // Swapped for a link, or removed, since it was listed.
+                Err(
+                    nix::errno::Errno::ELOOP
+                    | nix::errno::Errno::ENOTDIR
+                    | nix::errno::Errno::ENOENT,
+                ) => {}
+                Err(e) => return Err(fail(&sub_path)(e)),
             }
         }
     }
     Ok(total)
+}
+
+fn allocated(stat: &FileStat) -> u64 {
+    u64::try_from(stat.st_blocks).unwrap_or(0) * 512
 }
 
 #[cfg(test)]

@@ -37,9 +37,10 @@ pub fn run() -> io::Result<()> {
     Ok(())
 }
 
-/// PID 1 of the pod: signals without a handler do not reach an init from
-/// inside its namespace, so only the agent's SIGKILL (or a SIGTERM from the
-/// host) ends it.
+/// PID 1 of the pod. SIGTERM and SIGINT end it (they are blocked and
+/// waited for, and a blocked signal reaches a namespace's init from inside
+/// too): as with upstream's pause, a container that kills PID 1 ends the
+/// pod's processes, which then restart in a new namespace.
 fn init() -> ! {
     let _ = setsid();
     let _ = std::env::set_current_dir("/");
@@ -75,6 +76,11 @@ pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<bool, SandboxErr
     if alive(ns_dir) {
         return Ok(false);
     }
+    // One recorded but not holding the mount (a crash between starting it
+    // and binding its namespace) must not live on unseen.
+    if let Some(pid) = recorded_pause(ns_dir) {
+        let _ = kill(pid, Signal::SIGKILL);
+    }
     let target = ns_dir.join(NAMESPACE);
     mount::unmount(&target)?;
     let fail = |message: String| SandboxError::Namespace(format!("pause: {message}"));
@@ -97,20 +103,39 @@ pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<bool, SandboxErr
         .trim()
         .parse()
         .map_err(|_| fail(format!("exited with {status} and no pid")))?;
-    fs::File::create(&target).map_err(|source| SandboxError::Io {
-        path: target.clone(),
-        source,
-    })?;
-    let bound = mount::bind(Path::new(&format!("/proc/{pid}/ns/pid")), &target);
-    let recorded = bound.map_err(SandboxError::from).and_then(|()| {
-        let file = ns_dir.join(PID_FILE);
-        fs::write(&file, pid.to_string()).map_err(|source| SandboxError::Io { path: file, source })
-    });
-    if recorded.is_err() {
+    // Recorded first, so that whatever fails next, it can be found.
+    let file = ns_dir.join(PID_FILE);
+    let io_at = |path: &Path| {
+        let path = path.to_owned();
+        move |source| SandboxError::Io { path, source }
+    };
+    let held = fs::write(&file, pid.to_string())
+        .map_err(io_at(&file))
+        .and_then(|()| fs::File::create(&target).map_err(io_at(&target)))
+        .and_then(|_| {
+            mount::bind(Path::new(&format!("/proc/{pid}/ns/pid")), &target)
+                .map_err(SandboxError::from)
+        });
+    if held.is_err() {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         let _ = mount::unmount(&target);
+        let _ = fs::remove_file(&file);
     }
-    recorded.map(|()| true)
+    held.map(|()| true)
+}
+
+/// The pause the pid file names, if that process is still one (its pid
+/// could have been reused).
+fn recorded_pause(ns_dir: &Path) -> Option<Pid> {
+    let pid: i32 = fs::read_to_string(ns_dir.join(PID_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline.split(|b| *b == 0);
+    args.next();
+    (args.next() == Some(b"pause".as_slice())).then(|| Pid::from_raw(pid))
 }
 
 /// Whether the recorded pause still holds the mounted namespace: the pid
@@ -133,7 +158,7 @@ fn holder(ns_dir: &Path) -> Option<Pid> {
 /// Ends the pod's PID namespace: the kernel kills whatever is left in it
 /// with its init. Safe to repeat.
 pub fn stop(ns_dir: &Path) -> Result<(), SandboxError> {
-    if let Some(pid) = holder(ns_dir) {
+    if let Some(pid) = holder(ns_dir).or_else(|| recorded_pause(ns_dir)) {
         let _ = kill(pid, Signal::SIGKILL);
     }
     let target = ns_dir.join(NAMESPACE);

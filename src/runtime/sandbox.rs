@@ -196,7 +196,13 @@ pub async fn create(
     // A pod on the host's namespaces has nothing that shows a reboot but
     // the boot id.
     let rebooted = new_boot(&ns_dir)?;
-    let recreated = new_namespaces || new_pause || rebooted;
+    // Kept until the worker has acted on it: a later step failing (the
+    // network, at boot) or a crash must not lose it.
+    let pending = ns_dir.join(RECREATED);
+    if new_namespaces || new_pause || rebooted {
+        write(&pending, b"")?;
+    }
+    let recreated = pending.exists();
     let pod_ips = match ns_path("net") {
         Some(netns) => attach(pod, pod_dir, network, netns, new_net).await?,
         None => Vec::new(),
@@ -293,16 +299,31 @@ pub async fn create(
     })
 }
 
-/// Whether the machine booted since the sandbox was last made (or it never
-/// was); records this boot.
+/// Marks a sandbox made anew until [`recreation_handled`].
+const RECREATED: &str = "recreated";
+
+/// The worker has recorded what a new sandbox means for the pod's
+/// containers.
+pub fn recreation_handled(pod_dir: &Path) -> Result<(), SandboxError> {
+    let path = pod_dir.join("ns").join(RECREATED);
+    match fs::remove_file(&path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(SandboxError::Io { path, source: e }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether the machine booted since the sandbox was last made; records
+/// this boot. A sandbox with no boot recorded (made by an older nanolet)
+/// counts as made in this boot.
 fn new_boot(ns_dir: &Path) -> Result<bool, SandboxError> {
     let current = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let marker = ns_dir.join("boot_id");
-    if fs::read_to_string(&marker).is_ok_and(|previous| previous == current) {
+    let previous = fs::read_to_string(&marker).ok();
+    if previous.as_deref() == Some(current.as_str()) {
         return Ok(false);
     }
     write(&marker, current.as_bytes())?;
-    Ok(true)
+    Ok(previous.is_some())
 }
 
 async fn attach(

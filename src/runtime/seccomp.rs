@@ -19,13 +19,24 @@ pub enum SeccompError {
     Invalid { path: PathBuf, message: String },
 }
 
-/// The libseccomp name of the architecture nanolet was built for.
+/// The libseccomp name of the architecture nanolet was built for (what
+/// `archMap` entries are named by).
 const NATIVE_ARCH: &str = if cfg!(target_arch = "aarch64") {
     "SCMP_ARCH_AARCH64"
 } else if cfg!(target_arch = "arm") {
     "SCMP_ARCH_ARM"
 } else {
     "SCMP_ARCH_X86_64"
+};
+
+/// Its Go name, which rules' `includes`/`excludes` `arches` use (Docker's
+/// default profile says `"arches": ["amd64", "x32"]`).
+const NATIVE_GOARCH: &str = if cfg!(target_arch = "aarch64") {
+    "arm64"
+} else if cfg!(target_arch = "arm") {
+    "arm"
+} else {
+    "amd64"
 };
 
 /// seccomp RuntimeDefault: everything allowed but what container runtimes'
@@ -237,7 +248,7 @@ fn applies(rule: &Value, capabilities: &[String], kernel: &str) -> bool {
     let has_cap = |cap: &String| capabilities.contains(cap);
     let includes = &rule["includes"];
     let arches = listed(includes, "arches");
-    if !arches.is_empty() && !arches.iter().any(|a| a == NATIVE_ARCH) {
+    if !arches.is_empty() && !arches.iter().any(|a| a == NATIVE_GOARCH) {
         return false;
     }
     if !listed(includes, "caps").iter().all(has_cap) {
@@ -249,7 +260,9 @@ fn applies(rule: &Value, capabilities: &[String], kernel: &str) -> bool {
         return false;
     }
     let excludes = &rule["excludes"];
-    if listed(excludes, "arches").iter().any(|a| a == NATIVE_ARCH)
+    if listed(excludes, "arches")
+        .iter()
+        .any(|a| a == NATIVE_GOARCH)
         || listed(excludes, "caps").iter().any(has_cap)
     {
         return false;
@@ -295,7 +308,9 @@ mod tests {
                 {"names": ["ptrace"], "action": "SCMP_ACT_ALLOW", "includes": {"minKernel": "4.8"}},
                 {"names": ["bpf"], "action": "SCMP_ACT_ALLOW", "includes": {"minKernel": "99.0"}},
                 {"names": ["chown"], "action": "SCMP_ACT_ALLOW", "excludes": {"caps": ["CAP_CHOWN"]}},
-                {"names": ["vm86"], "action": "SCMP_ACT_ALLOW", "includes": {"arches": ["SCMP_ARCH_MIPS64"]}}
+                {"names": ["vm86"], "action": "SCMP_ACT_ALLOW", "includes": {"arches": ["mips64"]}},
+                {"names": ["arch_prctl"], "action": "SCMP_ACT_ALLOW", "includes": {"arches": [NATIVE_GOARCH, "x32"]}},
+                {"names": ["modify_ldt"], "action": "SCMP_ACT_ALLOW", "excludes": {"arches": [NATIVE_GOARCH]}}
             ]
         });
         let oci = to_oci(&profile, &["CAP_CHOWN".into()], "6.1.0-18-amd64").unwrap();
@@ -313,13 +328,14 @@ mod tests {
             [
                 &json!(["read", "write"]),
                 &json!(["mkdir"]),
-                &json!(["ptrace"])
+                &json!(["ptrace"]),
+                &json!(["arch_prctl"])
             ]
         );
         assert_eq!(oci["syscalls"][1]["errnoRet"], 13);
         // With CAP_SYS_ADMIN and without CAP_CHOWN, the other two rules hold.
         let admin = to_oci(&profile, &["CAP_SYS_ADMIN".into()], "6.1").unwrap();
-        assert_eq!(admin["syscalls"].as_array().unwrap().len(), 5);
+        assert_eq!(admin["syscalls"].as_array().unwrap().len(), 6);
 
         let both = json!({"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"],
             "archMap": [{"architecture": "SCMP_ARCH_X86_64"}]});

@@ -494,8 +494,12 @@ impl Agent {
         // test may outlive it, whatever state the agent left.
         if let Ok(pods) = fs::read_dir(self.state.join("pods")) {
             for pod in pods.flatten() {
-                if let Ok(pid) = fs::read_to_string(pod.path().join("monitor.pid")) {
-                    let _ = Command::new("kill").arg("-9").arg(pid.trim()).status();
+                // Monitors, and the pause of pods sharing a PID namespace
+                // (it lives outside the pod's cgroup).
+                for pid_file in ["monitor.pid", "ns/pid.pause"] {
+                    if let Ok(pid) = fs::read_to_string(pod.path().join(pid_file)) {
+                        let _ = Command::new("kill").arg("-9").arg(pid.trim()).status();
+                    }
                 }
             }
         }

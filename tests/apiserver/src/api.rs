@@ -207,6 +207,13 @@ impl Api {
             }
         }
         let oldest = store.oldest_rv();
+        if query.get("continue").is_some_and(|t| !t.is_empty())
+            && query.get("resourceVersion").is_some_and(|v| !v.is_empty())
+        {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
         let mut items: Vec<Value> = store
             .list(&resource.id(), namespace)
             .into_iter()

@@ -1324,6 +1324,9 @@ fn one_resource_version_counter_timestamps_and_list_versions() {
     let token = page["metadata"]["continue"].as_str().unwrap().to_owned();
     let next = format!("/api/v1/configmaps?limit=1&continue={token}");
     assert_eq!(s.call("GET", &next, None).0, 200);
+    // A token carries its version: naming another is an error.
+    let both = format!("{next}&resourceVersion={at}");
+    assert_eq!(s.call("GET", &both, None).0, 400);
     s.call(
         "POST",
         "/api/v1/namespaces/default/configmaps",
