@@ -8,6 +8,7 @@
 # Usage: scripts/build-image.sh OUTDIR [--arch amd64|arm64] [--busybox PATH]
 #          [--extra-file SRC:DEST]... [--env K=V]... [--entrypoint JSON]
 #          [--cmd JSON] [--workdir DIR] [--user U] [--tag TAG]
+#          [--compression gzip|zstd]
 # Prints the manifest digest (sha256:...) on stdout.
 set -euo pipefail
 
@@ -38,6 +39,7 @@ shift
 arch=amd64
 busybox=/bin/busybox
 tag=latest
+compression=gzip
 entrypoint=""
 cmd=""
 workdir=""
@@ -60,6 +62,7 @@ while (($# > 0)); do
     --workdir) need_arg "$@"; workdir=$2; shift 2 ;;
     --user) need_arg "$@"; user=$2; shift 2 ;;
     --tag) need_arg "$@"; tag=$2; shift 2 ;;
+    --compression) need_arg "$@"; compression=$2; shift 2 ;;
     -h | --help) usage ;;
     *) die "unknown argument: $1" ;;
   esac
@@ -141,7 +144,12 @@ done
 # and the invoking user never reach the layer.
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
   -C "$root" -cf "$work/layer.tar" .
-gzip -n -c "$work/layer.tar" >"$work/layer.tar.gz"
+case $compression in
+  gzip) gzip -n -c "$work/layer.tar" >"$work/layer.blob" ;;
+  # zstd's output depends only on its input, level and version.
+  zstd) zstd -q -c -19 "$work/layer.tar" >"$work/layer.blob" ;;
+  *) die "--compression must be gzip or zstd, not '$compression'" ;;
+esac
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 size() { stat -c %s "$1"; }
@@ -162,8 +170,8 @@ put_blob() {
 }
 
 diff_id="sha256:$(sha "$work/layer.tar")"
-layer_digest="sha256:$(put_blob "$work/layer.tar.gz")"
-layer_size="$(size "$work/layer.tar.gz")"
+layer_digest="sha256:$(put_blob "$work/layer.blob")"
+layer_size="$(size "$work/layer.blob")"
 
 env_json="$(
   # An explicit --env PATH=... replaces the default rather than duplicating
@@ -218,11 +226,12 @@ config_size="$(size "$work/config.json")"
 jq -cn \
   --arg cd "$config_digest" --argjson cs "$config_size" \
   --arg ld "$layer_digest" --argjson ls "$layer_size" \
+  --arg lt "application/vnd.oci.image.layer.v1.tar+$compression" \
   '{
     schemaVersion: 2,
     mediaType: "application/vnd.oci.image.manifest.v1+json",
     config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: $cd, size: $cs},
-    layers: [{mediaType: "application/vnd.oci.image.layer.v1.tar+gzip", digest: $ld, size: $ls}]
+    layers: [{mediaType: $lt, digest: $ld, size: $ls}]
   }' >"$work/manifest.json"
 manifest_digest="sha256:$(put_blob "$work/manifest.json")"
 manifest_size="$(size "$work/manifest.json")"

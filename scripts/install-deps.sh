@@ -9,11 +9,11 @@ set -euo pipefail
 # curl is not in the brief's list but registry.sh needs it for its readiness
 # probe, and minimal images do not always ship it.
 COMMANDS=(runc crun docker-registry skopeo umoci busybox jq htpasswd qemu-aarch64-static mkfs.ext4 curl file
-  aarch64-linux-gnu-gcc iptables qemu-system-x86_64)
+  aarch64-linux-gnu-gcc iptables qemu-system-x86_64 zstd)
 PACKAGES=(runc crun docker-registry skopeo umoci busybox-static jq apache2-utils
   qemu-user-static e2fsprogs iproute2 musl-tools gcc-aarch64-linux-gnu
   libc6-dev-arm64-cross curl file iptables containernetworking-plugins
-  qemu-system-x86 linux-image-amd64 python3-grpcio)
+  qemu-system-x86 linux-image-amd64 python3-grpcio zstd)
 RUST_TARGETS=(aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 
 missing=()

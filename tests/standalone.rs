@@ -869,6 +869,25 @@ fn an_interrupted_pull_leaves_the_store_consistent() {
 }
 
 #[test]
+fn an_image_with_zstd_layers_runs() {
+    let registry = Registry::start();
+    let image = registry.push("test/zstd:1", &["--compression", "zstd"]);
+    let agent = Agent::start(&registry);
+    agent.write_manifest(
+        "zstd.yaml",
+        &pod_yaml(
+            "zstd",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sh, -c, 'echo from-zstd; sleep 3600']\n"),
+        ),
+    );
+    agent.wait_running("zstd");
+    agent.wait_for("the container's output", T, |a| {
+        (a.logs("default/zstd", Some("c")) == "from-zstd").then_some(())
+    });
+}
+
+#[test]
 fn anonymous_pull_through_the_bearer_token_flow() {
     let registry = Registry::start_with_token_auth("pusher:secret");
     let image = registry.push("test/guarded:1", &[]);

@@ -8,6 +8,7 @@ pub mod reference;
 pub mod registry;
 pub mod store;
 pub mod unpack;
+pub mod zstd;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -30,8 +30,6 @@ pub enum UnpackError {
     TooLarge { limit: u64 },
     #[error("layer has more than {limit} entries")]
     TooManyEntries { limit: u64 },
-    #[error("layer compression {0} is not supported yet")]
-    Compression(&'static str),
     #[error("reading the layer: {0}")]
     Tar(io::Error),
 }
@@ -75,7 +73,7 @@ fn open_layer(blob: &Path) -> Result<Box<dyn Read>, UnpackError> {
     if head.starts_with(&[0x1f, 0x8b]) {
         Ok(Box::new(GzDecoder::new(reader)))
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        Err(UnpackError::Compression("zstd"))
+        Ok(Box::new(super::zstd::ZstdReader::new(reader)))
     } else {
         Ok(Box::new(reader))
     }
