@@ -106,6 +106,11 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
 
         let name = rel.file_name().map(OsStr::as_bytes).unwrap_or_default();
         if let Some(hidden) = name.strip_prefix(b".wh.") {
+            // ".wh..." would white out the layer's parent, ".wh.." the
+            // directory itself.
+            if matches!(hidden, b"" | b"." | b"..") {
+                return Err(hostile(&display, "whiteout of a parent directory"));
+            }
             if hidden == b".wh..opq" {
                 set_opaque(parent)?;
             } else {
@@ -430,6 +435,8 @@ mod tests {
                 "hardlink via symlink",
                 vec![E::Symlink("s", "/etc"), E::Hardlink("h", "s/passwd")],
             ),
+            ("whiteout of the parent", vec![E::File(".wh...", b"")]),
+            ("whiteout of itself", vec![E::File("sub/.wh..", b"")]),
         ];
         fs::write(outside.join("secret"), b"s").unwrap();
         for (name, entries) in cases {
@@ -441,6 +448,7 @@ mod tests {
                 matches!(err, Err(UnpackError::Hostile { .. })),
                 "{name}: {err:?}"
             );
+            assert!(blob.exists(), "{name}: the layer's own parent was emptied");
         }
         let names: Vec<_> = fs::read_dir(&outside)
             .unwrap()
