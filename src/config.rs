@@ -92,6 +92,7 @@ struct NanoletConfigurationDoc {
     node_labels: BTreeMap<String, String>,
     cni_conf_dir: Option<PathBuf>,
     cni_bin_dirs: Option<Vec<PathBuf>>,
+    docker_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -144,6 +145,9 @@ pub struct Config {
     /// Registry host → mirrors tried before it, in order.
     pub registry_mirrors: BTreeMap<String, Vec<String>>,
     pub ca_file: PathBuf,
+    /// The node's registry credentials (a Docker `config.json`); unset:
+    /// the first of [`Config::docker_config_paths`] that exists.
+    pub docker_config: Option<PathBuf>,
     /// Cluster mode: the API server to join (standalone without it).
     pub kubeconfig: Option<PathBuf>,
     pub node_name: String,
@@ -194,6 +198,7 @@ impl Default for Config {
             insecure_registries: Vec::new(),
             registry_mirrors: BTreeMap::new(),
             ca_file: PathBuf::from("/etc/ssl/certs/ca-certificates.crt"),
+            docker_config: None,
             kubeconfig: None,
             node_name: default_node_name(),
             node_ip: None,
@@ -267,6 +272,21 @@ fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, ConfigError> {
 }
 
 impl Config {
+    /// Where the node's registry credentials are looked for, as upstream's
+    /// kubelet does (its root dir, then the Docker client's places): the
+    /// configured file alone, else these in order.
+    pub fn docker_config_paths(&self) -> Vec<PathBuf> {
+        if let Some(path) = &self.docker_config {
+            return vec![path.clone()];
+        }
+        let mut paths = vec![self.state_dir.join("config.json")];
+        if let Some(home) = std::env::var_os("HOME") {
+            paths.push(PathBuf::from(home).join(".docker/config.json"));
+        }
+        paths.push(PathBuf::from("/.docker/config.json"));
+        paths
+    }
+
     /// Loads a config file: one or two YAML (or JSON) documents, told apart by
     /// `kind`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -415,6 +435,9 @@ impl Config {
         if let Some(ca) = nanolet.ca_file {
             config.ca_file = ca;
         }
+        if nanolet.docker_config.is_some() {
+            config.docker_config = nanolet.docker_config;
+        }
         Ok(config)
     }
 
@@ -466,6 +489,7 @@ impl Config {
             "tls-cert-file" => self.tls_cert_file = Some(value.into()),
             "tls-private-key-file" => self.tls_private_key_file = Some(value.into()),
             "insecure-registry" => self.insecure_registries.push(value.into()),
+            "docker-config" => self.docker_config = Some(value.into()),
             "cni-conf-dir" => self.cni_conf_dir = value.into(),
             "pod-max-pids" => {
                 let limit: i64 = value.parse().map_err(|_| {

@@ -37,6 +37,8 @@ Flags of `run` (override the config file):
   --cluster-dns IP,... --cluster-domain D   DNS of ClusterFirst pods
   --cni-conf-dir DIR         CNI network configurations (/etc/cni/net.d)
   --cni-bin-dir DIR,...      CNI plugins (/opt/cni/bin,/usr/lib/cni)
+  --docker-config FILE       the node's registry credentials (Docker config.json;
+                             default: <state>/config.json, ~/.docker/config.json)
   --pod-max-pids N           pids.max of every pod (podPidsLimit; -1 unlimited)
   -v, --verbose              debug logging (or RUST_LOG)
 ";

@@ -935,6 +935,44 @@ fn anonymous_pull_through_the_bearer_token_flow() {
 }
 
 #[test]
+fn the_nodes_docker_config_authenticates_pulls() {
+    use base64::Engine;
+    let registry = Registry::start_with_token_auth("puller:s3cret");
+    // Under private/, anonymous callers get no access at all.
+    let image = registry.push("private/app:1", &[]);
+    let dir = common::TempDir::new("nanolet-docker-config");
+    let config = dir.path().join("config.json");
+    let auth = base64::engine::general_purpose::STANDARD.encode("puller:s3cret");
+    fs::write(
+        &config,
+        format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, registry.addr),
+    )
+    .unwrap();
+    let config_arg = config.to_string_lossy().into_owned();
+    let agent = Agent::start_in(&registry, None, &["--docker-config", &config_arg]);
+    agent.write_manifest(
+        "private.yaml",
+        &pod_yaml(
+            "private",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("private");
+    let requests = fs::read_to_string(registry.dir().join("token-requests.log")).unwrap();
+    assert!(
+        requests
+            .lines()
+            .any(|l| l.contains("sub=puller") && l.contains("private/app:pull")),
+        "{requests}"
+    );
+    assert!(
+        !agent.log().contains("s3cret"),
+        "credentials reached the log"
+    );
+}
+
+#[test]
 fn registry_mirrors_first_then_the_registry_itself() {
     let upstream = Registry::start();
     let mirror = Registry::start();

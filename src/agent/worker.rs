@@ -560,6 +560,19 @@ impl Worker {
                 );
             }
         }
+        // Then the node's own, for registries no secret names (a small
+        // file, read at each pull so that changes apply without a restart).
+        let node_config = self
+            .ctx
+            .config
+            .docker_config_paths()
+            .into_iter()
+            .find_map(|path| std::fs::read(&path).ok().map(|bytes| (path, bytes)));
+        if let Some((path, bytes)) = node_config
+            && let Err(problem) = crate::image::auth::parse_docker_config(&bytes, &mut auth)
+        {
+            log::warn!("{}: {problem}", path.display());
+        }
         auth
     }
 

@@ -1,6 +1,6 @@
 //! Registry credentials: from `kubernetes.io/dockerconfigjson` (and the
-//! older `kubernetes.io/dockercfg`) Secrets, keyed by registry as references
-//! name them.
+//! older `kubernetes.io/dockercfg`) Secrets and from the node's Docker
+//! `config.json`, keyed by registry as references name them.
 
 use std::collections::BTreeMap;
 
