@@ -883,17 +883,7 @@ fn image_pull_secrets_authenticate_pulls() {
         let reason = phase_and_reason(&api, "always")?.1;
         (reason == "ErrImagePull" || reason == "ImagePullBackOff").then_some(())
     });
-    let requests = std::fs::read_to_string(registry.dir().join("token-requests.log")).unwrap();
-    assert!(
-        requests
-            .lines()
-            .any(|l| l.contains("sub=puller") && l.contains("private/app:pull")),
-        "{requests}"
-    );
-    assert!(
-        !agent.log().contains("s3cret"),
-        "credentials reached the log"
-    );
+    common::assert_authenticated_pull(&registry, &agent, "private/app:pull");
 }
 
 fn base64_encode(text: &str) -> String {

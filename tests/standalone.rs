@@ -959,17 +959,7 @@ fn the_nodes_docker_config_authenticates_pulls() {
         ),
     );
     agent.wait_running("private");
-    let requests = fs::read_to_string(registry.dir().join("token-requests.log")).unwrap();
-    assert!(
-        requests
-            .lines()
-            .any(|l| l.contains("sub=puller") && l.contains("private/app:pull")),
-        "{requests}"
-    );
-    assert!(
-        !agent.log().contains("s3cret"),
-        "credentials reached the log"
-    );
+    common::assert_authenticated_pull(&registry, &agent, "private/app:pull");
 }
 
 #[test]

@@ -440,19 +440,23 @@ impl Worker {
         // The sandbox is there; reading it back gives the pod its IPs (and
         // CHECKs its network) for status and probes.
         if adopted_running {
-            match sandbox::create(
-                &self.pod,
-                &self.dir,
-                &self.cluster_dns(),
-                &self.ctx.cni,
-                &self.ctx.monitor.executable,
-            )
-            .await
-            {
+            match self.create_sandbox().await {
                 Ok(paths) => self.paths = Some(paths),
                 Err(e) => log::warn!("pod {}: sandbox: {e}", self.pod.full_name()),
             }
         }
+    }
+
+    /// Makes (or finds again) the pod's sandbox: see `sandbox::create`.
+    async fn create_sandbox(&self) -> Result<PodPaths, sandbox::SandboxError> {
+        sandbox::create(
+            &self.pod,
+            &self.dir,
+            &self.cluster_dns(),
+            &self.ctx.cni,
+            &self.ctx.monitor.executable,
+        )
+        .await
     }
 
     /// Bundles no container record names: left by a crash while an
@@ -881,15 +885,7 @@ impl Worker {
                 .ensure_pod(self.pod.qos, &self.pod.uid, &limits)
                 .map_err(|e| e.to_string())?;
             if self.paths.is_none() {
-                let paths = sandbox::create(
-                    &self.pod,
-                    &self.dir,
-                    &self.cluster_dns(),
-                    &self.ctx.cni,
-                    &self.ctx.monitor.executable,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+                let paths = self.create_sandbox().await.map_err(|e| e.to_string())?;
                 if paths.recreated {
                     self.start_over_in_new_sandbox();
                     self.save_containers();

@@ -484,6 +484,22 @@ fn remove_cgroup_tree(dir: &Path) {
     let _ = fs::remove_dir(dir);
 }
 
+/// The token-auth registry issued a pull token for `scope` to the test's
+/// user, and the password never reached the agent's log.
+pub fn assert_authenticated_pull(registry: &Registry, agent: &Agent, scope: &str) {
+    let requests = fs::read_to_string(registry.dir().join("token-requests.log")).unwrap();
+    assert!(
+        requests
+            .lines()
+            .any(|l| l.contains("sub=puller") && l.contains(scope)),
+        "{requests}"
+    );
+    assert!(
+        !agent.log().contains("s3cret"),
+        "credentials reached the log"
+    );
+}
+
 impl Agent {
     /// What a power cut does to the node: the agent, monitors and
     /// containers die; mounts (namespaces, rootfs, tmpfs volumes) and
