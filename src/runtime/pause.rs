@@ -124,14 +124,18 @@ pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<bool, SandboxErr
     held.map(|()| true)
 }
 
-/// The pause the pid file names, if that process is still one (its pid
-/// could have been reused).
-fn recorded_pause(ns_dir: &Path) -> Option<Pid> {
-    let pid: i32 = fs::read_to_string(ns_dir.join(PID_FILE))
+fn recorded_pid(ns_dir: &Path) -> Option<i32> {
+    fs::read_to_string(ns_dir.join(PID_FILE))
         .ok()?
         .trim()
         .parse()
-        .ok()?;
+        .ok()
+}
+
+/// The pause the pid file names, if that process is still one (its pid
+/// could have been reused).
+fn recorded_pause(ns_dir: &Path) -> Option<Pid> {
+    let pid = recorded_pid(ns_dir)?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let mut args = cmdline.split(|b| *b == 0);
     args.next();
@@ -145,11 +149,7 @@ pub fn alive(ns_dir: &Path) -> bool {
 }
 
 fn holder(ns_dir: &Path) -> Option<Pid> {
-    let pid: i32 = fs::read_to_string(ns_dir.join(PID_FILE))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let pid = recorded_pid(ns_dir)?;
     let mounted = fs::metadata(ns_dir.join(NAMESPACE)).ok()?;
     let held = fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
     (mounted.dev() == held.dev() && mounted.ino() == held.ino()).then(|| Pid::from_raw(pid))
