@@ -888,6 +888,43 @@ fn an_image_with_zstd_layers_runs() {
 }
 
 #[test]
+fn a_blob_download_that_breaks_off_resumes_where_it_stopped() {
+    let registry = Registry::start();
+    let work = common::TempDir::new("nanolet-flaky");
+    let big = work.path().join("big");
+    common::run(
+        std::process::Command::new("head")
+            .args(["-c", "8M", "/dev/urandom"])
+            .stdout(fs::File::create(&big).unwrap()),
+    );
+    registry.push(
+        "test/flaky:1",
+        &["--extra-file", &format!("{}:/big", big.display())],
+    );
+    // The link breaks once, 3 MiB into the layer.
+    let proxy = common::FlakyProxy::start(&registry.addr, 3 << 20);
+    let agent = Agent::start_in(&registry, None, &["--insecure-registry", &proxy.addr]);
+    agent.write_manifest(
+        "flaky.yaml",
+        &pod_yaml(
+            "flaky",
+            "",
+            &format!(
+                "  - name: c\n    image: {}/test/flaky:1\n    command: [sleep, '3600']\n",
+                proxy.addr
+            ),
+        ),
+    );
+    agent.wait_running("flaky");
+    let log = agent.log();
+    assert!(log.contains("broke off at"), "{log}");
+    // Resumed, not started over: about the layer came back, not the 3 MiB
+    // before the break and then all 8 again.
+    let answered = proxy.answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(answered < 9 << 20, "{answered} bytes for an 8 MiB layer");
+}
+
+#[test]
 fn anonymous_pull_through_the_bearer_token_flow() {
     let registry = Registry::start_with_token_auth("pusher:secret");
     let image = registry.push("test/guarded:1", &[]);

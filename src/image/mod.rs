@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use futures_lite::AsyncWriteExt;
+use futures_lite::{AsyncSeekExt, AsyncWriteExt};
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use smol::lock::{Mutex, Semaphore};
@@ -25,7 +25,7 @@ use self::manifest::{Descriptor, Document, ImageConfig, Platform, RunConfig};
 use self::reference::{Reference, ReferenceError};
 use self::registry::{Registry, RegistryError};
 use self::store::{ImageRecord, Store};
-use crate::http::{HttpError, next_chunk};
+use crate::http::next_chunk;
 use crate::pod::PullPolicy;
 use crate::state::{self, StateError, hex};
 
@@ -70,6 +70,12 @@ pub struct ImageService {
 }
 
 const MAX_CONFIG: usize = 4 << 20;
+
+/// How often one blob download is resumed after its connection broke, and
+/// the first wait before that (doubling each time): a flaky uplink gets a
+/// minute or so before the pull fails and the pod's backoff takes over.
+const MAX_RESUMES: u32 = 5;
+const RESUME_BACKOFF: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn pull_error(image: &str, message: String) -> ImageError {
     ImageError::Pull {
@@ -338,9 +344,10 @@ impl ImageService {
         key: &str,
         creds: Option<&Credentials>,
         digest: &str,
-    ) -> Result<(http::Uri, hyper::body::Incoming), ImageError> {
+        offset: u64,
+    ) -> Result<(http::Uri, hyper::body::Incoming, bool), ImageError> {
         self.registry
-            .blob(reference, digest, creds)
+            .blob(reference, digest, creds, offset)
             .await
             .map_err(|source| ImageError::Registry {
                 image: key.to_owned(),
@@ -362,7 +369,9 @@ impl ImageService {
                 desc.size
             )));
         }
-        let (url, body) = self.open_blob(reference, key, creds, &desc.digest).await?;
+        let (url, body, _) = self
+            .open_blob(reference, key, creds, &desc.digest, 0)
+            .await?;
         let data = crate::http::read_body(&url, body, MAX_CONFIG)
             .await
             .map_err(|e| pull_err(e.to_string()))?;
@@ -370,7 +379,8 @@ impl ImageService {
         Ok(data)
     }
 
-    /// Downloads a layer to `tmp/` while hashing it, verifies it, unpacks it
+    /// Downloads a layer to `tmp/` while hashing it (resuming it where a
+    /// broken connection left it), verifies it, unpacks it
     /// off the loop and moves the result into place.
     async fn fetch_layer(
         &self,
@@ -432,23 +442,56 @@ impl ImageService {
     ) -> Result<(), ImageError> {
         let pull_err = |message: String| pull_error(key, message);
         let io_err = |e: std::io::Error| pull_err(format!("{}: {e}", path.display()));
-        let (url, mut body) = self.open_blob(reference, key, creds, &desc.digest).await?;
         let mut file = smol::fs::File::create(path).await.map_err(io_err)?;
         let mut hasher = Sha256::new();
         let mut received: u64 = 0;
-        while let Some(chunk) = next_chunk(&url, &mut body)
-            .await
-            .map_err(|e: HttpError| pull_err(e.to_string()))?
-        {
-            received += chunk.len() as u64;
-            if received > desc.size {
-                return Err(pull_err(format!(
-                    "blob {} is larger than its declared {} bytes",
-                    desc.digest, desc.size
-                )));
+        let mut resumes = 0;
+        loop {
+            let (url, mut body, continues) = self
+                .open_blob(reference, key, creds, &desc.digest, received)
+                .await?;
+            if !continues {
+                // The whole blob again: start over.
+                file.set_len(0).await.map_err(io_err)?;
+                file.seek(std::io::SeekFrom::Start(0))
+                    .await
+                    .map_err(io_err)?;
+                hasher = Sha256::new();
+                received = 0;
             }
-            hasher.update(&chunk);
-            file.write_all(&chunk).await.map_err(io_err)?;
+            let broke = loop {
+                match next_chunk(&url, &mut body).await {
+                    Ok(Some(chunk)) => {
+                        received += chunk.len() as u64;
+                        if received > desc.size {
+                            return Err(pull_err(format!(
+                                "blob {} is larger than its declared {} bytes",
+                                desc.digest, desc.size
+                            )));
+                        }
+                        hasher.update(&chunk);
+                        file.write_all(&chunk).await.map_err(io_err)?;
+                    }
+                    Ok(None) => break None,
+                    Err(e) => break Some(e),
+                }
+            };
+            match broke {
+                None => break,
+                // A reset or a stall on a flaky link: the bytes so far are
+                // kept and the rest asked for with a Range request.
+                Some(e) if resumes < MAX_RESUMES && received < desc.size => {
+                    resumes += 1;
+                    let delay = RESUME_BACKOFF * 2u32.pow(resumes - 1);
+                    log::warn!(
+                        "{key}: blob {} broke off at {received} of {} bytes ({e}); resuming in {delay:?}",
+                        desc.digest,
+                        desc.size
+                    );
+                    smol::Timer::after(delay).await;
+                }
+                Some(e) => return Err(pull_err(e.to_string())),
+            }
         }
         file.flush().await.map_err(io_err)?;
         let digest = format!("sha256:{}", hex(&hasher.finalize()));

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, RANGE, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use hyper::body::Incoming;
 
@@ -86,9 +86,9 @@ impl Registry {
             reference.repository,
             reference.manifest_reference()
         );
-        let (url, response) = self
-            .get(reference, &path, Some(super::manifest::ACCEPT), creds)
-            .await?;
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static(super::manifest::ACCEPT));
+        let (url, response) = self.get(reference, &path, &headers, creds).await?;
         let content_type = response
             .headers()
             .get(CONTENT_TYPE)
@@ -103,16 +103,26 @@ impl Registry {
         Ok((body, content_type))
     }
 
-    /// Opens a blob for streaming: (final URL, body).
+    /// Opens a blob for streaming from byte `offset` on: (final URL, body,
+    /// whether the body starts at `offset`). A registry (or the storage it
+    /// redirects to) that ignores the Range sends the whole blob.
     pub async fn blob(
         &self,
         reference: &Reference,
         digest: &str,
         creds: Option<&Credentials>,
-    ) -> Result<(Uri, Incoming), RegistryError> {
+        offset: u64,
+    ) -> Result<(Uri, Incoming, bool), RegistryError> {
         let path = format!("/v2/{}/blobs/{digest}", reference.repository);
-        let (url, response) = self.get(reference, &path, None, creds).await?;
-        Ok((url, response.into_body()))
+        let mut headers = HeaderMap::new();
+        if offset > 0
+            && let Ok(range) = HeaderValue::from_str(&format!("bytes={offset}-"))
+        {
+            headers.insert(RANGE, range);
+        }
+        let (url, response) = self.get(reference, &path, &headers, creds).await?;
+        let resumed = offset > 0 && response.status() == StatusCode::PARTIAL_CONTENT;
+        Ok((url, response.into_body(), resumed || offset == 0))
     }
 
     /// GET `path` from the first host that answers 2xx; the last error
@@ -121,7 +131,7 @@ impl Registry {
         &self,
         reference: &Reference,
         path: &str,
-        accept: Option<&str>,
+        extra: &HeaderMap,
         creds: Option<&Credentials>,
     ) -> Result<(Uri, hyper::Response<Incoming>), RegistryError> {
         let hosts = self.hosts(reference);
@@ -130,7 +140,7 @@ impl Registry {
             // Credentials go to the image's own registry, never to a mirror.
             let creds = creds.filter(|_| i + 1 == hosts.len());
             match self
-                .get_from(host, &reference.repository, path, accept, creds)
+                .get_from(host, &reference.repository, path, extra, creds)
                 .await
             {
                 Ok(ok) => return Ok(ok),
@@ -154,7 +164,7 @@ impl Registry {
         host: &str,
         repository: &str,
         path: &str,
-        accept: Option<&str>,
+        extra: &HeaderMap,
         creds: Option<&Credentials>,
     ) -> Result<(Uri, hyper::Response<Incoming>), RegistryError> {
         let url = self.url(host, path)?;
@@ -163,10 +173,7 @@ impl Registry {
         let mut fetched_token = false;
         let mut basic = false;
         loop {
-            let mut headers = HeaderMap::new();
-            if let Some(accept) = accept.and_then(|a| HeaderValue::from_str(a).ok()) {
-                headers.insert(ACCEPT, accept);
-            }
+            let mut headers = extra.clone();
             let authorization = match (basic, creds) {
                 (true, Some(c)) => Some(c.basic()),
                 _ => self

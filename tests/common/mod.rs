@@ -484,6 +484,79 @@ fn remove_cgroup_tree(dir: &Path) {
     let _ = fs::remove_dir(dir);
 }
 
+/// A TCP proxy on a free loopback port to `target` (the test registry)
+/// that breaks the first connection whose answer grows past `cut_after`
+/// bytes, as a flaky uplink does, and counts the bytes it passes back.
+pub struct FlakyProxy {
+    pub addr: String,
+    pub answered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FlakyProxy {
+    pub fn start(target: &str, cut_after: u64) -> FlakyProxy {
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let answered = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
+        let target = target.to_owned();
+        let (total, stopping) = (answered.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut s_out);
+                    let _ = s_out.shutdown(Shutdown::Write);
+                });
+                let (total, cut) = (total.clone(), cut.clone());
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let (mut server, mut client) = (server, client);
+                    let mut buf = [0u8; 16 * 1024];
+                    let mut this_one = 0u64;
+                    while let Ok(n) = server.read(&mut buf) {
+                        if n == 0 || client.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        this_one += n as u64;
+                        total.fetch_add(n as u64, Ordering::SeqCst);
+                        if this_one > cut_after && !cut.swap(true, Ordering::SeqCst) {
+                            break;
+                        }
+                    }
+                    let _ = client.shutdown(Shutdown::Both);
+                    let _ = server.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        FlakyProxy {
+            addr,
+            answered,
+            stop,
+        }
+    }
+}
+
+impl Drop for FlakyProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accept loop so that it sees the flag.
+        let _ = std::net::TcpStream::connect(&self.addr);
+    }
+}
+
 /// The token-auth registry issued a pull token for `scope` to the test's
 /// user, and the password never reached the agent's log.
 pub fn assert_authenticated_pull(registry: &Registry, agent: &Agent, scope: &str) {
