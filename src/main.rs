@@ -13,6 +13,7 @@ nanolet: a small Kubernetes node agent
 Usage:
   nanolet run [--config FILE] [flags]   run the agent in the foreground
   nanolet pods [--state-dir DIR]        list pods, like `kubectl get pods -A`
+  nanolet images [--state-dir DIR]      list images: size, when pulled and last used
   nanolet logs [-f] [--tail N] [--previous] [--timestamps] [--state-dir DIR] NS/POD [CONTAINER]
   nanolet check [--config FILE] [flags]  what this node offers: runtime, cgroups, overlayfs, CNI
   nanolet version
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
         "run" => cmd_run(parser),
         "check" => cmd_check(parser),
         "pods" => cmd_pods(parser),
+        "images" => cmd_images(parser),
         "logs" => cmd_logs(parser),
         "monitor" => cmd_monitor(parser),
         // Internal, like monitor: PID 1 of pods with shareProcessNamespace.
@@ -167,6 +169,18 @@ fn cmd_pods(mut parser: lexopt::Parser) -> anyhow::Result<()> {
         }
     }
     cli::print_pods(&state_dir, &mut std::io::stdout().lock())?;
+    Ok(())
+}
+
+fn cmd_images(mut parser: lexopt::Parser) -> anyhow::Result<()> {
+    let mut state_dir = PathBuf::from(config::DEFAULT_STATE_DIR);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("state-dir") => state_dir_arg(&mut parser, &mut state_dir)?,
+            other => return Err(other.unexpected().into()),
+        }
+    }
+    cli::print_images(&state_dir, &mut std::io::stdout().lock())?;
     Ok(())
 }
 

@@ -885,6 +885,25 @@ fn an_image_with_zstd_layers_runs() {
     agent.wait_for("the container's output", T, |a| {
         (a.logs("default/zstd", Some("c")) == "from-zstd").then_some(())
     });
+    // `nanolet images` lists it, with its size and ages.
+    let table = agent.cli(&["images"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap()
+        .split("   ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        header,
+        ["IMAGE", "ID", "SIZE", "PULLED", "LAST USED"],
+        "{table}"
+    );
+    let row = lines
+        .find(|l| l.starts_with(&image))
+        .unwrap_or_else(|| panic!("{image} not listed: {table}"));
+    assert!(row.contains("kB") || row.contains("MB"), "{row}");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Commands that read the agent's state directory: `nanolet pods` and
-//! `nanolet logs`. They need no connection to the agent: the agent writes
+//! Commands that read the agent's state directory: `nanolet pods`,
+//! `nanolet images` and `nanolet logs`. They need no connection to the agent: the agent writes
 //! everything they show atomically under the state dir. `nanolet check`
 //! looks at the node instead.
 
@@ -73,12 +73,15 @@ pub fn print_pods(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError>
     let rejected: Vec<Rejected> =
         state::read_json(&layout.rejected_manifests())?.unwrap_or_default();
     let now = Timestamp::now();
-    let mut rows: Vec<[String; 6]> =
-        vec![["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"].map(String::from)];
+    let mut rows: Vec<Vec<String>> = vec![
+        ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+            .map(String::from)
+            .to_vec(),
+    ];
     for r in &records {
         let containers = r.status.container_statuses.as_ref().map_or(0, Vec::len);
         let (ready, status, restarts) = summary(&r.status, r.terminating, containers);
-        rows.push([
+        rows.push(vec![
             r.namespace.clone(),
             r.name.clone(),
             ready,
@@ -97,7 +100,7 @@ pub fn print_pods(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError>
             None if r.index == 0 => file,
             None => format!("{file}#{}", r.index),
         };
-        rows.push([
+        rows.push(vec![
             r.namespace.clone().unwrap_or_else(|| "-".into()),
             name,
             "0/0".into(),
@@ -106,24 +109,11 @@ pub fn print_pods(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError>
             age(r.since, now),
         ]);
     }
-    let widths: Vec<usize> = (0..6)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
+    print_table(&rows, out)?;
     let io_err = |source| CliError::Io {
         path: "stdout".into(),
         source,
     };
-    for row in &rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}   ", w = widths[i]));
-            }
-        }
-        writeln!(out, "{}", line.trim_end()).map_err(io_err)?;
-    }
     if !rejected.is_empty() {
         writeln!(out).map_err(io_err)?;
         for r in &rejected {
@@ -133,9 +123,76 @@ pub fn print_pods(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError>
     Ok(())
 }
 
+/// Columns padded to their widest cell, as kubectl prints them.
+fn print_table(rows: &[Vec<String>], out: &mut dyn Write) -> Result<(), CliError> {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}   ", w = widths[i]));
+            }
+        }
+        writeln!(out, "{}", line.trim_end()).map_err(|source| CliError::Io {
+            path: "stdout".into(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// `nanolet images`: the images in the store, with their size (compressed
+/// layers, as registries count it), when they were pulled and last used.
+pub fn print_images(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError> {
+    let layout = Layout::new(state_dir);
+    let index = layout.images().join("images.json");
+    let records: std::collections::BTreeMap<String, crate::image::store::ImageRecord> =
+        state::read_json(&index)?.unwrap_or_default();
+    let now = Timestamp::now();
+    let mut rows = vec![
+        ["IMAGE", "ID", "SIZE", "PULLED", "LAST USED"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for r in records.values() {
+        let id = r.config_digest.trim_start_matches("sha256:");
+        rows.push(vec![
+            r.reference.clone(),
+            id.chars().take(12).collect(),
+            human_size(r.size),
+            age(r.pulled, now),
+            age(r.last_used, now),
+        ]);
+    }
+    print_table(&rows, out)
+}
+
+/// Sizes as `crictl images` prints them: 4.4MB, 812kB.
+fn human_size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1_000_000_000 => format!("{:.1}GB", b as f64 / 1e9),
+        b if b >= 1_000_000 => format!("{:.1}MB", b as f64 / 1e6),
+        b if b >= 1_000 => format!("{:.0}kB", b as f64 / 1e3),
+        b => format!("{b}B"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_like_crictl() {
+        assert_eq!(human_size(812), "812B");
+        assert_eq!(human_size(812_400), "812kB");
+        assert_eq!(human_size(4_422_928), "4.4MB");
+        assert_eq!(human_size(2_500_000_000), "2.5GB");
+    }
 
     #[test]
     fn ages_like_kubectl() {
