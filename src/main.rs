@@ -160,7 +160,8 @@ fn state_dir_arg(parser: &mut lexopt::Parser, state_dir: &mut PathBuf) -> anyhow
     Ok(())
 }
 
-fn cmd_pods(mut parser: lexopt::Parser) -> anyhow::Result<()> {
+/// The state dir of a command that takes nothing else.
+fn only_state_dir(mut parser: lexopt::Parser) -> anyhow::Result<PathBuf> {
     let mut state_dir = PathBuf::from(config::DEFAULT_STATE_DIR);
     while let Some(arg) = parser.next()? {
         match arg {
@@ -168,19 +169,16 @@ fn cmd_pods(mut parser: lexopt::Parser) -> anyhow::Result<()> {
             other => return Err(other.unexpected().into()),
         }
     }
-    cli::print_pods(&state_dir, &mut std::io::stdout().lock())?;
+    Ok(state_dir)
+}
+
+fn cmd_pods(parser: lexopt::Parser) -> anyhow::Result<()> {
+    cli::print_pods(&only_state_dir(parser)?, &mut std::io::stdout().lock())?;
     Ok(())
 }
 
-fn cmd_images(mut parser: lexopt::Parser) -> anyhow::Result<()> {
-    let mut state_dir = PathBuf::from(config::DEFAULT_STATE_DIR);
-    while let Some(arg) = parser.next()? {
-        match arg {
-            Long("state-dir") => state_dir_arg(&mut parser, &mut state_dir)?,
-            other => return Err(other.unexpected().into()),
-        }
-    }
-    cli::print_images(&state_dir, &mut std::io::stdout().lock())?;
+fn cmd_images(parser: lexopt::Parser) -> anyhow::Result<()> {
+    cli::print_images(&only_state_dir(parser)?, &mut std::io::stdout().lock())?;
     Ok(())
 }
 

@@ -601,8 +601,9 @@ mod host_path_tests {
 
     #[test]
     fn special_file_types_are_told_apart() {
-        let dir = std::env::temp_dir().join(format!("nanolet-hostpath-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        // Removed (with its socket and nodes) whatever the outcome.
+        let scratch = crate::state::TestDir::new("hostpath");
+        let dir = &scratch.0;
         let socket = dir.join("agent.sock");
         let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
         // Device nodes of the test's own (loop0's and null's numbers): only
@@ -622,8 +623,6 @@ mod host_path_tests {
             check(&dir.join("absent"), HostPathKind::Socket).is_err(),
         ];
         drop(listener);
-        // Removed before asserting: a failure must not leave it behind.
-        fs::remove_dir_all(&dir).unwrap();
         made_block.unwrap();
         made_char.unwrap();
         assert_eq!(results, [true; 7]);

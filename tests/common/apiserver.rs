@@ -95,9 +95,19 @@ impl ApiServer {
     }
 
     pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        self.kubectl_with(&self.kubeconfig(), args, stdin)
+    }
+
+    /// kubectl as the user of another kubeconfig (a node's, say).
+    pub fn kubectl_with(
+        &self,
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> (bool, String, String) {
         let mut child = Command::new("kubectl")
             .arg("--kubeconfig")
-            .arg(self.kubeconfig())
+            .arg(kubeconfig)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -1163,28 +1163,9 @@ fn https_only_groups_from_certificates_and_discovery() {
         .unwrap();
     let node_config = s.dir.join("node.kubeconfig");
     std::fs::write(&node_config, &config.stdout).unwrap();
-    let mut kubectl = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&node_config)
-        .args(["create", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    kubectl
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(csr_object(&s, "from-node").to_string().as_bytes())
-        .unwrap();
-    let out = kubectl.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let csr = csr_object(&s, "from-node").to_string();
+    let (ok, _, err) = s.kubectl_with(&node_config, &["create", "-f", "-"], Some(&csr));
+    assert!(ok, "{err}");
     let (_, csr) = s.call(
         "GET",
         "/apis/certificates.k8s.io/v1/certificatesigningrequests/from-node",
