@@ -59,6 +59,14 @@ struct KubeletConfigurationDoc {
     #[serde(rename = "clusterDNS", default)]
     cluster_dns: Vec<std::net::IpAddr>,
     cluster_domain: Option<String>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    image_gc_high_threshold_percent: Option<i32>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    image_gc_low_threshold_percent: Option<i32>,
+    #[serde(rename = "imageMinimumGCAge")]
+    image_minimum_gc_age: Option<String>,
+    #[serde(rename = "imageMaximumGCAge")]
+    image_maximum_gc_age: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -93,6 +101,8 @@ struct NanoletConfigurationDoc {
     cni_conf_dir: Option<PathBuf>,
     cni_bin_dirs: Option<Vec<PathBuf>>,
     docker_config: Option<PathBuf>,
+    #[serde(default)]
+    pinned_images: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -148,6 +158,17 @@ pub struct Config {
     /// The node's registry credentials (a Docker `config.json`); unset:
     /// the first of [`Config::docker_config_paths`] that exists.
     pub docker_config: Option<PathBuf>,
+    /// Image GC: start at this disk usage of the image filesystem (percent;
+    /// 100 disables GC by disk usage)...
+    pub image_gc_high_threshold_percent: u8,
+    /// ... and delete down to this one.
+    pub image_gc_low_threshold_percent: u8,
+    /// Images pulled more recently are never collected.
+    pub image_minimum_gc_age: Duration,
+    /// Images unused for longer are collected whatever the disk usage.
+    pub image_maximum_gc_age: Option<Duration>,
+    /// Images never collected (nanolet's own: there is no CRI to pin them).
+    pub pinned_images: Vec<String>,
     /// Cluster mode: the API server to join (standalone without it).
     pub kubeconfig: Option<PathBuf>,
     pub node_name: String,
@@ -199,6 +220,11 @@ impl Default for Config {
             registry_mirrors: BTreeMap::new(),
             ca_file: PathBuf::from("/etc/ssl/certs/ca-certificates.crt"),
             docker_config: None,
+            image_gc_high_threshold_percent: 85,
+            image_gc_low_threshold_percent: 80,
+            image_minimum_gc_age: Duration::from_secs(120),
+            image_maximum_gc_age: None,
+            pinned_images: Vec::new(),
             kubeconfig: None,
             node_name: default_node_name(),
             node_ip: None,
@@ -253,6 +279,47 @@ fn reservations(
                 .map(|v| (name.clone(), v))
         })
         .collect()
+}
+
+/// The image GC fields, checked as upstream's validation does.
+fn image_gc_settings(doc: &KubeletConfigurationDoc, config: &mut Config) -> Result<(), String> {
+    let percent = |field: &str, value: Option<i32>, default: u8| match value {
+        None => Ok(default),
+        Some(v @ 0..=100) => Ok(v as u8),
+        Some(v) => Err(format!("{field}: {v} is not between 0 and 100")),
+    };
+    let high = percent(
+        "imageGCHighThresholdPercent",
+        doc.image_gc_high_threshold_percent,
+        config.image_gc_high_threshold_percent,
+    )?;
+    let low = percent(
+        "imageGCLowThresholdPercent",
+        doc.image_gc_low_threshold_percent,
+        config.image_gc_low_threshold_percent,
+    )?;
+    if low >= high {
+        return Err(format!(
+            "imageGCLowThresholdPercent ({low}) must be less than imageGCHighThresholdPercent ({high})"
+        ));
+    }
+    config.image_gc_high_threshold_percent = high;
+    config.image_gc_low_threshold_percent = low;
+    if let Some(age) = &doc.image_minimum_gc_age {
+        config.image_minimum_gc_age =
+            quantity::parse_duration(age).map_err(|e| format!("imageMinimumGCAge: {e}"))?;
+    }
+    if let Some(age) = &doc.image_maximum_gc_age {
+        let max = quantity::parse_duration(age).map_err(|e| format!("imageMaximumGCAge: {e}"))?;
+        // Zero is upstream's "disabled".
+        config.image_maximum_gc_age = (!max.is_zero()).then_some(max);
+        if max > Duration::ZERO && max < config.image_minimum_gc_age {
+            return Err(format!(
+                "imageMaximumGCAge ({age}) must not be less than imageMinimumGCAge"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `k=v,k2=v2` as `--node-labels` takes them.
@@ -332,6 +399,7 @@ impl Config {
             }
         }
         let mut config = Config::default();
+        image_gc_settings(&kubelet, &mut config).map_err(invalid)?;
         if let Some(p) = kubelet.static_pod_path {
             config.static_pod_path = Some(p);
         }
@@ -438,6 +506,7 @@ impl Config {
         if nanolet.docker_config.is_some() {
             config.docker_config = nanolet.docker_config;
         }
+        config.pinned_images = nanolet.pinned_images;
         Ok(config)
     }
 
@@ -566,5 +635,43 @@ mod tests {
         );
         assert!(Config::parse("kind: Other\n", Path::new("c")).is_err());
         assert!(Config::parse("a: [\n", Path::new("c")).is_err());
+    }
+
+    #[test]
+    fn image_gc_fields_as_upstream_validates_them() {
+        let c = Config::parse(
+            "imageGCHighThresholdPercent: 70\nimageGCLowThresholdPercent: 40\nimageMinimumGCAge: 0s\nimageMaximumGCAge: 24h\n---\nkind: NanoletConfiguration\npinnedImages: [busybox]\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.image_gc_high_threshold_percent,
+                c.image_gc_low_threshold_percent
+            ),
+            (70, 40)
+        );
+        assert_eq!(c.image_minimum_gc_age, Duration::ZERO);
+        assert_eq!(c.image_maximum_gc_age, Some(Duration::from_secs(86400)));
+        assert_eq!(c.pinned_images, vec!["busybox".to_string()]);
+        let d = Config::default();
+        assert_eq!(
+            (
+                d.image_gc_high_threshold_percent,
+                d.image_gc_low_threshold_percent,
+                d.image_minimum_gc_age,
+                d.image_maximum_gc_age
+            ),
+            (85, 80, Duration::from_secs(120), None)
+        );
+        for bad in [
+            "imageGCHighThresholdPercent: 101\n",
+            "imageGCLowThresholdPercent: -1\n",
+            "imageGCHighThresholdPercent: 50\nimageGCLowThresholdPercent: 50\n",
+            "imageMaximumGCAge: 1m\n",
+        ] {
+            let err = Config::parse(bad, Path::new("c")).unwrap_err().to_string();
+            assert!(err.contains("image"), "{bad}: {err}");
+        }
     }
 }

@@ -127,6 +127,34 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The lower dirs of every overlay mounted in this mount namespace: what
+/// running containers' root filesystems are made of.
+pub fn overlay_lower_dirs() -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines().flat_map(lower_dirs_of).collect()
+}
+
+fn lower_dirs_of(line: &str) -> Vec<PathBuf> {
+    // "<fields> - <fstype> <source> <super options>"
+    let Some((_, tail)) = line.split_once(" - ") else {
+        return Vec::new();
+    };
+    let mut fields = tail.split(' ');
+    if fields.next() != Some("overlay") {
+        return Vec::new();
+    }
+    let options = fields.nth(1).unwrap_or("");
+    options
+        .split(',')
+        .filter_map(|o| o.strip_prefix("lowerdir="))
+        .flat_map(|dirs| dirs.split(':'))
+        .filter(|d| !d.is_empty())
+        .map(|d| PathBuf::from(unescape_mountinfo(d)))
+        .collect()
+}
+
 /// mountinfo escapes space, tab, newline and backslash as octal.
 fn unescape_mountinfo(field: &str) -> String {
     let bytes = field.as_bytes();
@@ -153,6 +181,20 @@ fn unescape_mountinfo(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlay_lower_dirs_from_mountinfo() {
+        let line = "412 30 0:77 / /s/pods/u/containers/c/rootfs rw,relatime - overlay overlay rw,lowerdir=/s/images/layers/sha256/bb:/s/images/layers/sha256/aa,upperdir=/s/u,workdir=/s/w";
+        assert_eq!(
+            lower_dirs_of(line),
+            vec![
+                PathBuf::from("/s/images/layers/sha256/bb"),
+                PathBuf::from("/s/images/layers/sha256/aa")
+            ]
+        );
+        let other = "22 1 8:1 / / rw - ext4 /dev/sda1 rw,lowerdir=/not/an/overlay";
+        assert!(lower_dirs_of(other).is_empty());
+    }
 
     #[test]
     fn mountinfo_escapes() {

@@ -897,7 +897,7 @@ fn an_image_with_zstd_layers_runs() {
         .collect();
     assert_eq!(
         header,
-        ["IMAGE", "ID", "SIZE", "PULLED", "LAST USED"],
+        ["IMAGE", "ID", "SIZE", "PULLED", "LAST USED", "PINNED"],
         "{table}"
     );
     let row = lines
@@ -1826,4 +1826,168 @@ fn a_container_writing_fast_stays_within_its_log_limits() {
         "{total} bytes in {files} files"
     );
     assert!(agent.logs("default/flood", None).ends_with("done"));
+}
+
+/// Used percent of the filesystem at `path`, as statfs counts it.
+fn disk_used_percent(path: &std::path::Path) -> f64 {
+    let out = common::run(
+        std::process::Command::new("stat")
+            .args(["-f", "-c", "%b %a"])
+            .arg(path),
+    );
+    let mut fields = out.split(' ').map(|f| f.parse::<f64>().unwrap());
+    let (blocks, available) = (fields.next().unwrap(), fields.next().unwrap());
+    100.0 * (blocks - available) / blocks
+}
+
+#[test]
+fn image_gc_frees_the_disk_least_recently_used_first_keeping_used_and_pinned_images() {
+    let registry = Registry::start();
+    let work = common::TempDir::new("nanolet-gc");
+    // Every image is busybox plus 6 MiB that does not compress, so each
+    // takes about an eighth of the 64 MiB image filesystem.
+    let push = |name: &str, extra: &[&str]| {
+        let data = work.path().join(name.replace(['/', ':'], "_"));
+        common::run(
+            std::process::Command::new("head")
+                .args(["-c", "6M", "/dev/urandom"])
+                .stdout(fs::File::create(&data).unwrap()),
+        );
+        let file = format!("{}:/data", data.display());
+        let mut options = vec!["--extra-file", &file];
+        options.extend_from_slice(extra);
+        registry.push(name, &options)
+    };
+    let used = push("test/used:1", &[]);
+    let pinned = push("test/pinned:1", &[]);
+    let old = push("test/old:1", &[]);
+    let newer = push("test/newer:1", &[]);
+    let last = push("test/last:1", &[]);
+    // The used image's layer under another config: a different image that
+    // shares its only layer.
+    let data = work.path().join("test_used_1");
+    let file = format!("{}:/data", data.display());
+    let sharing = registry.push("test/sharing:1", &["--extra-file", &file, "--env", "X=1"]);
+
+    let mut agent = Agent::unstarted(&registry, None, &[]);
+    let images = agent.state.join("images");
+    fs::create_dir_all(&images).unwrap();
+    common::run(
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+            .arg(&images),
+    );
+    let config = agent.dir.path().join("config.yaml");
+    let write_config = |gc: &str| {
+        fs::write(
+            &config,
+            format!("kind: KubeletConfiguration\nimageMinimumGCAge: 0s\n{gc}---\nkind: NanoletConfiguration\npinnedImages: [{pinned}]\n"),
+        )
+        .unwrap()
+    };
+    write_config("");
+    agent.set_args(&["--config", config.to_str().unwrap()]);
+    agent.spawn();
+
+    let run_once = |agent: &Agent, name: &str, image: &str| {
+        agent.write_manifest(
+            &format!("{name}.yaml"),
+            &pod_yaml(
+                name,
+                "  restartPolicy: Never\n",
+                &format!("  - name: c\n    image: {image}\n    command: ['true']\n"),
+            ),
+        );
+        agent.wait_for(&format!("{name} to succeed"), T, |a| {
+            (a.record(name)?["status"]["phase"] == "Succeeded").then_some(())
+        });
+        agent.remove_manifest(&format!("{name}.yaml"));
+        agent.wait_for(&format!("{name} to go"), T, |a| {
+            a.record(name).is_none().then_some(())
+        });
+    };
+    agent.write_manifest(
+        "keep.yaml",
+        &pod_yaml(
+            "keep",
+            "",
+            &format!("  - name: c\n    image: {used}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("keep");
+    // Used in this order: pinned first, so it would go first if pinning
+    // did not hold.
+    run_once(&agent, "pinned", &pinned);
+    run_once(&agent, "sharing", &sharing);
+    run_once(&agent, "old", &old);
+    let before_newer = disk_used_percent(&images);
+    run_once(&agent, "newer", &newer);
+    let with_five = disk_used_percent(&images);
+    let step = with_five - before_newer;
+    assert!(step > 8.0, "an image takes {step}% of the disk");
+    // Under the default thresholds nothing went.
+    let records = |a: &Agent| -> Value {
+        serde_json::from_slice(&fs::read(a.state.join("images/images.json")).unwrap()).unwrap()
+    };
+    assert_eq!(records(&agent).as_object().unwrap().len(), 5);
+
+    // Thresholds such that the next image crosses the high one, and only
+    // deleting a whole unused image besides the one sharing a layer gets
+    // back to the low one.
+    agent.kill9();
+    let high = (with_five + step / 2.0).ceil();
+    let low = (with_five + step / 5.0).ceil();
+    write_config(&format!(
+        "imageGCHighThresholdPercent: {high}\nimageGCLowThresholdPercent: {low}\n"
+    ));
+    agent.spawn();
+    agent.wait_running("keep");
+    agent.write_manifest(
+        "last.yaml",
+        &pod_yaml(
+            "last",
+            "",
+            &format!("  - name: c\n    image: {last}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("last");
+    agent.wait_for("image GC", T, |a| {
+        a.log().contains("image GC deleted").then_some(())
+    });
+    let kept: Vec<String> = records(&agent)
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(
+        kept,
+        [&last, &newer, &pinned, &used].map(String::clone),
+        "{}",
+        agent.log()
+    );
+    let usage = disk_used_percent(&images);
+    assert!(usage <= low, "{usage}% used, low threshold {low}%");
+    // The layer the deleted image shared stays with the image that runs,
+    // and nothing of the deleted ones is left anywhere.
+    let layers: Vec<String> = fs::read_dir(images.join("layers/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(layers.len(), 4, "{layers:?}");
+    assert_eq!(fs::read_dir(images.join("tmp")).unwrap().count(), 0);
+    agent.write_manifest(
+        "again.yaml",
+        &pod_yaml(
+            "again",
+            "",
+            &format!("  - name: c\n    image: {used}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("again");
+    // `nanolet images` says which are pinned.
+    let table = agent.cli(&["images"]);
+    let row = table.lines().find(|l| l.starts_with(&pinned)).unwrap();
+    assert!(row.contains("yes"), "{table}");
+    assert!(!table.contains(&old), "{table}");
 }

@@ -72,6 +72,46 @@ pub struct PodRecord {
     pub status: core::PodStatus,
 }
 
+/// The images (normalised references) of every pod with a checkpoint under
+/// `pods_dir`: what image GC must keep, also for pods that do not run now
+/// and may have to start again without a registry.
+pub fn images_in_use(pods_dir: &Path) -> std::collections::HashSet<String> {
+    let mut images = std::collections::HashSet::new();
+    let Ok(entries) = std::fs::read_dir(pods_dir) else {
+        return images;
+    };
+    for entry in entries.flatten() {
+        let Ok(Some(checkpoint)) = read_checkpoint(&entry.path()) else {
+            continue;
+        };
+        let Some(spec) = checkpoint.manifest.spec else {
+            continue;
+        };
+        let names = spec
+            .containers
+            .iter()
+            .map(|c| c.image.as_deref())
+            .chain(
+                spec.init_containers
+                    .iter()
+                    .flatten()
+                    .map(|c| c.image.as_deref()),
+            )
+            .chain(
+                spec.ephemeral_containers
+                    .iter()
+                    .flatten()
+                    .map(|c| c.image.as_deref()),
+            );
+        images.extend(
+            names
+                .flatten()
+                .filter_map(crate::image::ImageService::normalise),
+        );
+    }
+    images
+}
+
 pub fn read_checkpoint(pod_dir: &Path) -> Result<Option<Checkpoint>, StateError> {
     state::read_json(&pod_dir.join(POD_FILE))
 }

@@ -31,6 +31,7 @@ use crate::cgroup::Hierarchy;
 use crate::config::Config;
 use crate::http::Client;
 use crate::image::ImageService;
+use crate::image::gc::GcPolicy;
 use crate::image::registry::Registry;
 use crate::image::store::Store;
 use crate::kube::Api;
@@ -177,7 +178,21 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     }
     let ctx = Rc::new(Context {
         cni,
-        images: ImageService::new(registry, store),
+        images: ImageService::new(
+            registry,
+            store,
+            GcPolicy {
+                high_percent: config.image_gc_high_threshold_percent,
+                low_percent: config.image_gc_low_threshold_percent,
+                min_age: config.image_minimum_gc_age,
+                max_age: config.image_maximum_gc_age,
+                pinned: config
+                    .pinned_images
+                    .iter()
+                    .filter_map(|i| ImageService::normalise(i))
+                    .collect(),
+            },
+        ),
         monitor: MonitorSettings {
             executable,
             runtime_path: config.runtime_path.clone(),
@@ -206,6 +221,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let retry_ctx = ctx.clone();
     crate::rt::spawn(async move { retry_ctx.cni.retry_parked().await }).detach();
     crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();
+    crate::rt::spawn(collect_images(ctx.clone())).detach();
 
     let (done_tx, done_rx) = smol::channel::unbounded::<String>();
     let mut workers: HashMap<String, WorkerHandle> = HashMap::new();
@@ -482,6 +498,42 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 return Ok(());
             }
         }
+    }
+}
+
+/// Upstream's image GC period.
+const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
+
+/// Image GC at start, every 5 minutes as upstream, and after each pull:
+/// on a small SD card it is a pull that fills the disk.
+async fn collect_images(ctx: Rc<Context>) {
+    loop {
+        let pods = ctx.layout.pods();
+        let in_use = smol::unblock(move || checkpoint::images_in_use(&pods)).await;
+        match ctx.images.collect_garbage(&in_use).await {
+            Ok(report) => {
+                let percent = |u: Option<crate::image::gc::DiskUsage>| u.map(|u| u.percent());
+                if !report.deleted.is_empty() {
+                    log::info!(
+                        "image GC deleted {} ({:?}% → {:?}% of the image filesystem used)",
+                        report.deleted.join(", "),
+                        percent(report.before),
+                        percent(report.after)
+                    );
+                }
+                if report.short {
+                    log::warn!(
+                        "image GC: the image filesystem is still {:?}% used after deleting every unused image",
+                        percent(report.after)
+                    );
+                }
+            }
+            Err(e) => log::warn!("image GC: {e}"),
+        }
+        let period = async {
+            smol::Timer::after(IMAGE_GC_PERIOD).await;
+        };
+        futures_lite::future::or(ctx.images.pulled(), period).await;
     }
 }
 

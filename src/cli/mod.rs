@@ -147,26 +147,40 @@ fn print_table(rows: &[Vec<String>], out: &mut dyn Write) -> Result<(), CliError
 }
 
 /// `nanolet images`: the images in the store, with their size (compressed
-/// layers, as registries count it), when they were pulled and last used.
+/// layers, as registries count it), when they were pulled and last used,
+/// whether the agent's configuration pins them; then pulls in progress.
 pub fn print_images(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError> {
-    let layout = Layout::new(state_dir);
-    let index = layout.images().join("images.json");
+    let root = Layout::new(state_dir).images();
     let records: std::collections::BTreeMap<String, crate::image::store::ImageRecord> =
-        state::read_json(&index)?.unwrap_or_default();
+        state::read_json(&root.join("images.json"))?.unwrap_or_default();
+    let status: crate::image::store::StoreStatus =
+        state::read_json(&crate::image::store::Store::status_path(&root))?.unwrap_or_default();
     let now = Timestamp::now();
     let mut rows = vec![
-        ["IMAGE", "ID", "SIZE", "PULLED", "LAST USED"]
+        ["IMAGE", "ID", "SIZE", "PULLED", "LAST USED", "PINNED"]
             .map(String::from)
             .to_vec(),
     ];
     for r in records.values() {
         let id = r.config_digest.trim_start_matches("sha256:");
+        let pinned = status.pinned.contains(&r.reference);
         rows.push(vec![
             r.reference.clone(),
             id.chars().take(12).collect(),
             human_size(r.size),
             age(r.pulled, now),
             age(r.last_used, now),
+            if pinned { "yes" } else { "" }.to_owned(),
+        ]);
+    }
+    for (reference, p) in &status.pulls {
+        rows.push(vec![
+            reference.clone(),
+            "<pulling>".into(),
+            format!("{}/{}", human_size(p.done), human_size(p.total)),
+            String::new(),
+            String::new(),
+            String::new(),
         ]);
     }
     print_table(&rows, out)

@@ -51,6 +51,16 @@ pub enum HttpError {
     PlainHttpRefused { url: String },
 }
 
+impl HttpError {
+    /// A failure of the link rather than of the request.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            HttpError::Connect { .. } | HttpError::Timeout { .. } | HttpError::Protocol { .. }
+        )
+    }
+}
+
 const MAX_REDIRECTS: usize = 5;
 const IDLE_PER_HOST: usize = 4;
 

@@ -3,6 +3,7 @@
 //! point pod workers use.
 
 pub mod auth;
+pub mod gc;
 pub mod manifest;
 pub mod reference;
 pub mod registry;
@@ -11,7 +12,7 @@ pub mod unpack;
 pub mod zstd;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -21,10 +22,11 @@ use sha2::{Digest, Sha256};
 use smol::lock::{Mutex, Semaphore};
 
 use self::auth::{Credentials, RegistryAuth};
+use self::gc::{DiskUsage, GcPolicy};
 use self::manifest::{Descriptor, Document, ImageConfig, Platform, RunConfig};
 use self::reference::{Reference, ReferenceError};
 use self::registry::{Registry, RegistryError};
-use self::store::{ImageRecord, Store};
+use self::store::{ImageRecord, PullProgress, Store, StoreStatus};
 use crate::http::next_chunk;
 use crate::pod::PullPolicy;
 use crate::state::{self, StateError, hex};
@@ -44,6 +46,23 @@ pub enum ImageError {
     Pull { image: String, message: String },
     #[error(transparent)]
     Store(#[from] StateError),
+    #[error("image filesystem {path}: {source}")]
+    Statfs {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What one image GC pass did.
+#[derive(Debug, Default)]
+pub struct GcReport {
+    /// References deleted.
+    pub deleted: Vec<String>,
+    pub before: Option<DiskUsage>,
+    pub after: Option<DiskUsage>,
+    /// The disk was over the high threshold and deleting every candidate
+    /// did not bring it down to the low one.
+    pub short: bool,
 }
 
 /// An image ready to run.
@@ -67,6 +86,110 @@ pub struct ImageService {
     pulls: RefCell<HashMap<String, Rc<Mutex<()>>>>,
     /// Unpacking is CPU and disk work off the loop; bound it on small boards.
     unpack_slots: Semaphore,
+    /// Digests (config and layers) of pulls in flight, with how many pulls
+    /// want each: GC leaves them, a pull may be about to record them.
+    in_flight: RefCell<HashMap<String, usize>>,
+    gc: GcPolicy,
+    /// Woken after each pull: a pull is what fills the disk.
+    pulled_tx: smol::channel::Sender<()>,
+    pulled_rx: smol::channel::Receiver<()>,
+    /// Pinned images and pull progress, for `nanolet images`.
+    status: RefCell<StoreStatus>,
+    status_written: std::cell::Cell<Option<std::time::Instant>>,
+}
+
+/// How often pull progress reaches `status.json` and the log.
+const PROGRESS_FILE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const PROGRESS_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A pull's entry in the progress, removed when the pull ends however it
+/// ends.
+struct Progress<'a> {
+    service: &'a ImageService,
+    key: String,
+    logged: std::cell::Cell<std::time::Instant>,
+}
+
+impl<'a> Progress<'a> {
+    fn start(service: &'a ImageService, key: &str, done: u64, total: u64) -> Self {
+        service
+            .status
+            .borrow_mut()
+            .pulls
+            .insert(key.to_owned(), PullProgress { done, total });
+        service.write_status(true);
+        Progress {
+            service,
+            key: key.to_owned(),
+            logged: std::cell::Cell::new(std::time::Instant::now()),
+        }
+    }
+
+    /// Bytes downloaded again from the start.
+    fn rewind(&self, bytes: u64) {
+        if let Some(p) = self.service.status.borrow_mut().pulls.get_mut(&self.key) {
+            p.done = p.done.saturating_sub(bytes);
+        }
+    }
+
+    fn advance(&self, bytes: u64) {
+        let (done, total) = {
+            let mut status = self.service.status.borrow_mut();
+            let Some(p) = status.pulls.get_mut(&self.key) else {
+                return;
+            };
+            p.done = (p.done + bytes).min(p.total);
+            (p.done, p.total)
+        };
+        self.service.write_status(false);
+        if self.logged.get().elapsed() >= PROGRESS_LOG_EVERY {
+            self.logged.set(std::time::Instant::now());
+            log::info!(
+                "pulling {}: {:.1} of {:.1} MB",
+                self.key,
+                done as f64 / 1e6,
+                total as f64 / 1e6
+            );
+        }
+    }
+}
+
+impl Drop for Progress<'_> {
+    fn drop(&mut self) {
+        self.service.status.borrow_mut().pulls.remove(&self.key);
+        self.service.write_status(true);
+    }
+}
+
+/// Marks digests as wanted by a pull in flight until dropped.
+struct InFlight<'a> {
+    map: &'a RefCell<HashMap<String, usize>>,
+    digests: Vec<String>,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(map: &'a RefCell<HashMap<String, usize>>, digests: Vec<String>) -> Self {
+        let mut m = map.borrow_mut();
+        for d in &digests {
+            *m.entry(d.clone()).or_default() += 1;
+        }
+        drop(m);
+        InFlight { map, digests }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut m = self.map.borrow_mut();
+        for d in &self.digests {
+            if let Some(n) = m.get_mut(d) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(d);
+                }
+            }
+        }
+    }
 }
 
 const MAX_CONFIG: usize = 4 << 20;
@@ -112,14 +235,138 @@ fn sha256_digest(data: &[u8]) -> String {
 }
 
 impl ImageService {
-    pub fn new(registry: Registry, store: Store) -> Self {
-        ImageService {
+    pub fn new(registry: Registry, store: Store, gc: GcPolicy) -> Self {
+        let (pulled_tx, pulled_rx) = smol::channel::bounded(1);
+        let service = ImageService {
             registry,
             store,
             platform: manifest::host_platform(),
             pulls: RefCell::new(HashMap::new()),
             unpack_slots: Semaphore::new(1),
+            in_flight: RefCell::new(HashMap::new()),
+            status: RefCell::new(StoreStatus {
+                pinned: gc.pinned.iter().cloned().collect(),
+                pulls: Default::default(),
+            }),
+            status_written: std::cell::Cell::new(None),
+            gc,
+            pulled_tx,
+            pulled_rx,
+        };
+        // What a previous run left says nothing about this one.
+        service.write_status(true);
+        service
+    }
+
+    /// Writes `status.json`: at once when `now`, else at most once a
+    /// second. A small file without fsync: cheap enough for the loop.
+    fn write_status(&self, now: bool) {
+        let due = self
+            .status_written
+            .get()
+            .is_none_or(|at| at.elapsed() >= PROGRESS_FILE_EVERY);
+        if !(now || due) {
+            return;
         }
+        self.status_written.set(Some(std::time::Instant::now()));
+        if let Err(e) = self.store.write_status(&self.status.borrow()) {
+            log::warn!("{e}");
+        }
+    }
+
+    /// Resolves when a pull completed since the last call.
+    pub async fn pulled(&self) {
+        let _ = self.pulled_rx.recv().await;
+    }
+
+    /// The normalised form of an image name, as the store keys it.
+    pub fn normalise(image: &str) -> Option<String> {
+        Reference::parse(image).ok().map(|r| r.to_string())
+    }
+
+    /// One image GC pass (see [`gc`]): images whose references are in
+    /// `in_use` (every pod the node has admitted, running or not) stay, as
+    /// do layers a pull in flight or a mounted container root uses.
+    /// Layers no image needs any more (after a crash) go too.
+    pub async fn collect_garbage(&self, in_use: &HashSet<String>) -> Result<GcReport, ImageError> {
+        let root = self.store.root().to_owned();
+        let statfs = |root: PathBuf| async move {
+            smol::unblock(move || {
+                DiskUsage::of(&root).map_err(|source| ImageError::Statfs { path: root, source })
+            })
+            .await
+        };
+        let mut report = GcReport {
+            before: Some(statfs(root.clone()).await?),
+            ..GcReport::default()
+        };
+        let now = Timestamp::now();
+        let records = self.store.records()?;
+        let all = self.gc.candidates(&records, in_use, now);
+        let expired: Vec<String> = self
+            .gc
+            .expired(&all, now)
+            .iter()
+            .map(|r| r.reference.clone())
+            .collect();
+        let candidates: Vec<String> = all
+            .iter()
+            .map(|r| r.reference.clone())
+            .filter(|r| !expired.contains(r))
+            .collect();
+        // Unused for too long, and whatever no image needs any more.
+        self.delete(&expired).await?;
+        report.deleted.extend(expired.iter().cloned());
+        let mut usage = statfs(root.clone()).await?;
+        if self.gc.over_high(usage) {
+            let mut remaining = candidates.iter();
+            while !self.gc.at_low(usage) {
+                let Some(reference) = remaining.next() else {
+                    report.short = true;
+                    break;
+                };
+                self.delete(std::slice::from_ref(reference)).await?;
+                report.deleted.push(reference.clone());
+                usage = statfs(root.clone()).await?;
+            }
+        }
+        report.after = Some(usage);
+        Ok(report)
+    }
+
+    /// Deletes images (and anything unreferenced): the records and renames
+    /// in one synchronous step on the loop, so that no pull can check for a
+    /// layer between the two; the removal itself off it.
+    async fn delete(&self, references: &[String]) -> Result<(), ImageError> {
+        let layers_root = self.store.root().join("layers/sha256");
+        let mut protected: HashSet<String> = self.in_flight.borrow().keys().cloned().collect();
+        protected.extend(
+            crate::mount::overlay_lower_dirs()
+                .iter()
+                .filter(|d| d.parent() == Some(layers_root.as_path()))
+                .filter_map(|d| d.file_name())
+                .map(|hex| format!("sha256:{}", hex.to_string_lossy())),
+        );
+        let moved = self
+            .store
+            .delete_images(references, &protected, self.gc.min_age)?;
+        smol::unblock(move || {
+            for dir in moved {
+                let removed = if dir.is_dir() {
+                    state::remove_tree(&dir)
+                } else {
+                    std::fs::remove_file(&dir).map_err(|source| StateError::Io {
+                        path: dir.clone(),
+                        source,
+                    })
+                };
+                if let Err(e) = removed {
+                    log::warn!("image GC: {e}");
+                }
+            }
+        })
+        .await;
+        Ok(())
     }
 
     /// Whether `image` is in the store (a bad name is not).
@@ -304,12 +551,26 @@ impl ImageService {
             .blob_path(&config_desc.digest)
             .ok_or_else(|| pull_err(format!("bad config digest {}", config_desc.digest)))?;
 
-        let mut size = 0;
-        for layer in &document.layers {
-            size += layer.size;
-            if !self.store.has_layer(&layer.digest) {
-                self.fetch_layer(reference, key, creds, layer).await?;
-            }
+        let _in_flight = InFlight::new(
+            &self.in_flight,
+            document
+                .layers
+                .iter()
+                .map(|l| l.digest.clone())
+                .chain([config_desc.digest.clone()])
+                .collect(),
+        );
+        let size: u64 = document.layers.iter().map(|l| l.size).sum();
+        let missing: Vec<&Descriptor> = document
+            .layers
+            .iter()
+            .filter(|l| !self.store.has_layer(&l.digest))
+            .collect();
+        let present: u64 = size - missing.iter().map(|l| l.size).sum::<u64>();
+        let progress = Progress::start(self, key, present, size);
+        for layer in missing {
+            self.fetch_layer(reference, key, creds, layer, &progress)
+                .await?;
         }
         // The config, then the record, only once every layer is in place.
         // fsync can take long on SD cards: off the loop.
@@ -335,6 +596,7 @@ impl ImageService {
         let store = self.store.clone();
         let saved = record.clone();
         smol::unblock(move || store.put_record(saved)).await?;
+        let _ = self.pulled_tx.try_send(());
         Ok(record)
     }
 
@@ -388,6 +650,7 @@ impl ImageService {
         key: &str,
         creds: Option<&Credentials>,
         desc: &Descriptor,
+        progress: &Progress<'_>,
     ) -> Result<(), ImageError> {
         let pull_err = |message: String| pull_error(key, message);
         let final_path = self
@@ -397,7 +660,8 @@ impl ImageService {
         // Removed however this ends: error, success, or the pull abandoned
         // (its pod deleted meanwhile).
         let blob = RemoveOnDrop(self.store.temp_path("blob"));
-        self.download(reference, key, creds, desc, &blob.0).await?;
+        self.download(reference, key, creds, desc, &blob.0, progress)
+            .await?;
         let _slot = self.unpack_slots.acquire().await;
         let (blob_path, unpack_dir) = (blob.0.clone(), self.store.temp_path("layer"));
         // Unpack and move into place in one blocking task, so that an
@@ -439,6 +703,7 @@ impl ImageService {
         creds: Option<&Credentials>,
         desc: &Descriptor,
         path: &std::path::Path,
+        progress: &Progress<'_>,
     ) -> Result<(), ImageError> {
         let pull_err = |message: String| pull_error(key, message);
         let io_err = |e: std::io::Error| pull_err(format!("{}: {e}", path.display()));
@@ -446,12 +711,31 @@ impl ImageService {
         let mut hasher = Sha256::new();
         let mut received: u64 = 0;
         let mut resumes = 0;
+        let backoff = |resumes: u32| RESUME_BACKOFF * 2u32.pow(resumes - 1);
         loop {
-            let (url, mut body, continues) = self
+            let opened = self
                 .open_blob(reference, key, creds, &desc.digest, received)
-                .await?;
+                .await;
+            let (url, mut body, continues) = match opened {
+                Ok(opened) => opened,
+                // The registry unreachable or overloaded for a moment.
+                Err(ImageError::Registry { source, .. })
+                    if resumes < MAX_RESUMES && source.is_transient() =>
+                {
+                    resumes += 1;
+                    log::warn!(
+                        "{key}: blob {}: {source}; trying again in {:?}",
+                        desc.digest,
+                        backoff(resumes)
+                    );
+                    smol::Timer::after(backoff(resumes)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if !continues {
                 // The whole blob again: start over.
+                progress.rewind(received);
                 file.set_len(0).await.map_err(io_err)?;
                 file.seek(std::io::SeekFrom::Start(0))
                     .await
@@ -471,6 +755,7 @@ impl ImageService {
                         }
                         hasher.update(&chunk);
                         file.write_all(&chunk).await.map_err(io_err)?;
+                        progress.advance(chunk.len() as u64);
                     }
                     Ok(None) => break None,
                     Err(e) => break Some(e),
@@ -482,7 +767,7 @@ impl ImageService {
                 // kept and the rest asked for with a Range request.
                 Some(e) if resumes < MAX_RESUMES && received < desc.size => {
                     resumes += 1;
-                    let delay = RESUME_BACKOFF * 2u32.pow(resumes - 1);
+                    let delay = backoff(resumes);
                     log::warn!(
                         "{key}: blob {} broke off at {received} of {} bytes ({e}); resuming in {delay:?}",
                         desc.digest,

@@ -28,6 +28,20 @@ pub enum RegistryError {
     Token { url: String, message: String },
 }
 
+impl RegistryError {
+    /// Whether trying again shortly may succeed: the connection failed, or
+    /// the registry said it is overloaded or broken for now.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RegistryError::Http(e) => e.is_transient(),
+            RegistryError::Status { status, .. } => {
+                status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS
+            }
+            RegistryError::Unauthorized { .. } | RegistryError::Token { .. } => false,
+        }
+    }
+}
+
 const MAX_MANIFEST: usize = 4 << 20;
 const MAX_TOKEN: usize = 1 << 20;
 

@@ -11,8 +11,9 @@
 //! a verified blob, and the image record is written last; a pull interrupted
 //! at any point leaves only `tmp/` debris, which the next start removes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,27 @@ pub struct ImageRecord {
     pub size: u64,
     pub pulled: Timestamp,
     pub last_used: Timestamp,
+}
+
+/// What the running agent tells `nanolet images` beyond the records: the
+/// images its configuration pins and the pulls in progress.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreStatus {
+    #[serde(default)]
+    pub pinned: Vec<String>,
+    /// Reference → progress.
+    #[serde(default)]
+    pub pulls: BTreeMap<String, PullProgress>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullProgress {
+    /// Layer bytes downloaded (those already present count as done).
+    pub done: u64,
+    /// Compressed size of all layers.
+    pub total: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -59,6 +81,10 @@ impl Store {
         })
     }
 
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     pub fn blob_path(&self, digest: &str) -> Option<PathBuf> {
         Some(self.root.join("blobs/sha256").join(digest_hex(digest)?))
     }
@@ -82,6 +108,20 @@ impl Store {
         self.root.join("images.json")
     }
 
+    pub fn status_path(root: &Path) -> PathBuf {
+        root.join("status.json")
+    }
+
+    /// Rewritten while pulls run: no fsync, it is gone at the next start.
+    pub fn write_status(&self, status: &StoreStatus) -> Result<(), StateError> {
+        state::write_json(
+            &Self::status_path(&self.root),
+            status,
+            0o644,
+            state::Durability::ProcessCrash,
+        )
+    }
+
     pub fn records(&self) -> Result<BTreeMap<String, ImageRecord>, StateError> {
         Ok(state::read_json(&self.index_path())?.unwrap_or_default())
     }
@@ -101,6 +141,72 @@ impl Store {
             0o600,
             state::Durability::PowerLoss,
         )
+    }
+
+    /// Deletes the records of `references`, then moves every layer and
+    /// config no remaining record needs into `tmp/` (the caller removes
+    /// them there, off the loop; the next start does if it cannot). Layers
+    /// and configs in `protected` stay: pulls in flight and running
+    /// containers use them. So do unreferenced ones younger than `min_age`
+    /// unless a deleted record named them: a pull may be about to record
+    /// them. Returns what was moved.
+    pub fn delete_images(
+        &self,
+        references: &[String],
+        protected: &HashSet<String>,
+        min_age: Duration,
+    ) -> Result<Vec<PathBuf>, StateError> {
+        let mut records = self.records()?;
+        let mut released: HashSet<String> = HashSet::new();
+        for reference in references {
+            if let Some(r) = records.remove(reference) {
+                released.extend(r.layers);
+                released.insert(r.config_digest);
+            }
+        }
+        if !references.is_empty() {
+            // Without an fsync: should the removal be lost to a power cut,
+            // the record names layers that are gone and counts as absent.
+            state::write_json(
+                &self.index_path(),
+                &records,
+                0o600,
+                state::Durability::ProcessCrash,
+            )?;
+        }
+        let needed: HashSet<&String> = records
+            .values()
+            .flat_map(|r| r.layers.iter().chain([&r.config_digest]))
+            .collect();
+        let mut moved = Vec::new();
+        for dir in ["layers/sha256", "blobs/sha256"] {
+            let entries =
+                std::fs::read_dir(self.root.join(dir)).map_err(|source| StateError::Io {
+                    path: self.root.join(dir),
+                    source,
+                })?;
+            for entry in entries.flatten() {
+                let digest = format!("sha256:{}", entry.file_name().to_string_lossy());
+                if needed.contains(&digest) || protected.contains(&digest) {
+                    continue;
+                }
+                let young = entry
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.elapsed().ok())
+                    .is_none_or(|age| age < min_age);
+                if young && !released.contains(&digest) {
+                    continue;
+                }
+                let doomed = self.temp_path("gc");
+                match std::fs::rename(entry.path(), &doomed) {
+                    Ok(()) => moved.push(doomed),
+                    Err(e) => log::warn!("image GC: {}: {e}", entry.path().display()),
+                }
+            }
+        }
+        Ok(moved)
     }
 
     pub fn touch(&self, reference: &str) -> Result<(), StateError> {

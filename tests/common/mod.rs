@@ -210,11 +210,19 @@ impl Agent {
 
     /// An agent inside `netns`, where its CNI plugins make their bridge.
     pub fn start_in(registry: &Registry, netns: Option<&TestNetns>, extra_args: &[&str]) -> Agent {
+        let mut agent = Self::unstarted(registry, netns, extra_args);
+        agent.spawn();
+        agent
+    }
+
+    /// An agent whose dirs exist but which has not started: [`Agent::spawn`]
+    /// starts it.
+    pub fn unstarted(registry: &Registry, netns: Option<&TestNetns>, extra_args: &[&str]) -> Agent {
         let dir = TempDir::new("nanolet-agent");
         let manifests = dir.path().join("manifests");
         fs::create_dir_all(&manifests).unwrap();
         let cgroup_root = format!("/{}", unique("nanolet-test"));
-        let mut agent = Agent {
+        Agent {
             state: dir.path().join("state"),
             logs: dir.path().join("logs"),
             manifests,
@@ -224,9 +232,12 @@ impl Agent {
             child: None,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             netns: netns.map(|n| n.path.clone()),
-        };
-        agent.spawn();
-        agent
+        }
+    }
+
+    /// The arguments the next [`Agent::spawn`] adds to the agent's own.
+    pub fn set_args(&mut self, extra_args: &[&str]) {
+        self.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
     }
 
     /// An agent that joins `api` as node `node` (kubelet API on a free

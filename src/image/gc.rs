@@ -1,0 +1,203 @@
+//! Image garbage collection by disk thresholds, with the upstream image
+//! manager's semantics: when the image filesystem is at least
+//! `high_percent` full, unused images go, least recently used first (then
+//! first pulled), until it is back at `low_percent`; images pulled less than
+//! `min_age` ago stay; images unused for longer than `max_age` go whatever
+//! the disk usage. nanolet adds pinned images, which never go.
+//!
+//! This module decides; [`super::ImageService::collect_garbage`] measures
+//! and deletes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::store::ImageRecord;
+
+#[derive(Debug, Clone)]
+pub struct GcPolicy {
+    /// 100 disables collection by disk usage.
+    pub high_percent: u8,
+    pub low_percent: u8,
+    pub min_age: Duration,
+    pub max_age: Option<Duration>,
+    /// Normalised references.
+    pub pinned: HashSet<String>,
+}
+
+impl Default for GcPolicy {
+    fn default() -> Self {
+        GcPolicy {
+            high_percent: 85,
+            low_percent: 80,
+            min_age: Duration::from_secs(120),
+            max_age: None,
+            pinned: HashSet::new(),
+        }
+    }
+}
+
+/// Size and free space of a filesystem, as statfs reports them to an
+/// unprivileged user (what the upstream kubelet reads too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskUsage {
+    pub capacity: u64,
+    pub available: u64,
+}
+
+impl DiskUsage {
+    pub fn of(path: &Path) -> std::io::Result<DiskUsage> {
+        let s = nix::sys::statvfs::statvfs(path)?;
+        let unit = s.fragment_size() as u64;
+        Ok(DiskUsage {
+            capacity: s.blocks() as u64 * unit,
+            available: s.blocks_available() as u64 * unit,
+        })
+    }
+
+    /// Upstream's usage: 100 − available·100/capacity, in whole percent.
+    pub fn percent(&self) -> u64 {
+        if self.capacity == 0 {
+            return 0;
+        }
+        100 - (self.available.saturating_mul(100) / self.capacity).min(100)
+    }
+}
+
+impl GcPolicy {
+    /// Whether the disk is full enough to start deleting.
+    pub fn over_high(&self, usage: DiskUsage) -> bool {
+        self.high_percent < 100 && usage.percent() >= u64::from(self.high_percent)
+    }
+
+    /// Whether enough is free to stop: upstream frees
+    /// `capacity·(100 − low)/100 − available` bytes.
+    pub fn at_low(&self, usage: DiskUsage) -> bool {
+        usage.available as u128 * 100
+            >= usage.capacity as u128 * u128::from(100 - self.low_percent.min(100))
+    }
+
+    /// The images that may be deleted, in the order they go: not used by
+    /// any pod (by reference or by image ID), not pinned, pulled at least
+    /// `min_age` ago; least recently used first, then first pulled.
+    pub fn candidates<'a>(
+        &self,
+        records: &'a BTreeMap<String, ImageRecord>,
+        in_use: &HashSet<String>,
+        now: Timestamp,
+    ) -> Vec<&'a ImageRecord> {
+        let used_ids: HashSet<&str> = records
+            .values()
+            .filter(|r| in_use.contains(&r.reference))
+            .map(|r| r.config_digest.as_str())
+            .collect();
+        let mut candidates: Vec<&ImageRecord> = records
+            .values()
+            .filter(|r| {
+                !in_use.contains(&r.reference)
+                    && !used_ids.contains(r.config_digest.as_str())
+                    && !self.pinned.contains(&r.reference)
+                    && older_than(r.pulled, self.min_age, now)
+            })
+            .collect();
+        candidates.sort_by_key(|r| (r.last_used, r.pulled));
+        candidates
+    }
+
+    /// Of `candidates`, those unused for longer than `max_age`.
+    pub fn expired<'a>(
+        &self,
+        candidates: &[&'a ImageRecord],
+        now: Timestamp,
+    ) -> Vec<&'a ImageRecord> {
+        let Some(max_age) = self.max_age else {
+            return Vec::new();
+        };
+        candidates
+            .iter()
+            .filter(|r| older_than(r.last_used, max_age, now))
+            .copied()
+            .collect()
+    }
+}
+
+pub fn older_than(at: Timestamp, age: Duration, now: Timestamp) -> bool {
+    now.duration_since(at).unsigned_abs() >= age && at <= now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(reference: &str, id: &str, pulled: i64, used: i64) -> ImageRecord {
+        ImageRecord {
+            reference: reference.into(),
+            manifest_digest: String::new(),
+            config_digest: id.into(),
+            layers: Vec::new(),
+            size: 0,
+            pulled: Timestamp::from_second(pulled).unwrap(),
+            last_used: Timestamp::from_second(used).unwrap(),
+        }
+    }
+
+    fn refs(v: &[&ImageRecord]) -> Vec<String> {
+        v.iter().map(|r| r.reference.clone()).collect()
+    }
+
+    #[test]
+    fn usage_and_thresholds_as_upstream_counts_them() {
+        let usage = |available| DiskUsage {
+            capacity: 1000,
+            available,
+        };
+        let policy = GcPolicy::default();
+        assert_eq!(usage(151).percent(), 85);
+        assert!(policy.over_high(usage(150)));
+        assert!(!policy.over_high(usage(160)));
+        assert!(policy.at_low(usage(200)));
+        assert!(!policy.at_low(usage(199)));
+        let disabled = GcPolicy {
+            high_percent: 100,
+            ..GcPolicy::default()
+        };
+        assert!(!disabled.over_high(usage(0)));
+        assert_eq!(
+            DiskUsage {
+                capacity: 0,
+                available: 0
+            }
+            .percent(),
+            0
+        );
+    }
+
+    #[test]
+    fn candidates_skip_used_pinned_and_young_images_oldest_use_first() {
+        let now = Timestamp::from_second(10_000).unwrap();
+        let records: BTreeMap<String, ImageRecord> = [
+            record("used", "sha256:1", 0, 100),
+            record("same-id-as-used", "sha256:1", 0, 50),
+            record("pinned", "sha256:2", 0, 10),
+            record("young", "sha256:3", 9_990, 9_990),
+            record("b", "sha256:4", 200, 300),
+            record("a", "sha256:5", 100, 300),
+            record("c", "sha256:6", 0, 200),
+        ]
+        .into_iter()
+        .map(|r| (r.reference.clone(), r))
+        .collect();
+        let policy = GcPolicy {
+            pinned: HashSet::from(["pinned".to_string()]),
+            max_age: Some(Duration::from_secs(9_750)),
+            ..GcPolicy::default()
+        };
+        let in_use = HashSet::from(["used".to_string()]);
+        let candidates = policy.candidates(&records, &in_use, now);
+        assert_eq!(refs(&candidates), ["c", "a", "b"]);
+        assert_eq!(refs(&policy.expired(&candidates, now)), ["c"]);
+        assert!(GcPolicy::default().expired(&candidates, now).is_empty());
+    }
+}
