@@ -8,7 +8,9 @@
 # Usage: scripts/build-image.sh OUTDIR [--arch amd64|arm64] [--busybox PATH]
 #          [--extra-file SRC:DEST]... [--env K=V]... [--entrypoint JSON]
 #          [--cmd JSON] [--workdir DIR] [--user U] [--tag TAG]
-#          [--compression gzip|zstd]
+#          [--compression gzip|zstd] [--layer TAR]...
+# --layer adds a tar, as it is, as one more layer on top of the busybox one
+# (compressed like it): how tests ship crafted, even hostile, layers.
 # Prints the manifest digest (sha256:...) on stdout.
 set -euo pipefail
 
@@ -45,6 +47,7 @@ cmd=""
 workdir=""
 user=""
 extra_files=()
+extra_layers=()
 envs=()
 
 need_arg() {
@@ -56,6 +59,7 @@ while (($# > 0)); do
     --arch) need_arg "$@"; arch=$2; shift 2 ;;
     --busybox) need_arg "$@"; busybox=$2; shift 2 ;;
     --extra-file) need_arg "$@"; extra_files+=("$2"); shift 2 ;;
+    --layer) need_arg "$@"; extra_layers+=("$2"); shift 2 ;;
     --env) need_arg "$@"; envs+=("$2"); shift 2 ;;
     --entrypoint) need_arg "$@"; entrypoint=$2; shift 2 ;;
     --cmd) need_arg "$@"; cmd=$2; shift 2 ;;
@@ -84,6 +88,9 @@ for j in "$entrypoint" "$cmd"; do
 done
 for e in "${envs[@]}"; do
   [[ $e == ?*=* ]] || die "--env must be K=V, got: $e"
+done
+for l in "${extra_layers[@]}"; do
+  [[ -f $l ]] || die "layer tar not found: $l"
 done
 # Checked before OUTDIR is created so a typo leaves nothing behind.
 for spec in "${extra_files[@]}"; do
@@ -144,12 +151,15 @@ done
 # and the invoking user never reach the layer.
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
   -C "$root" -cf "$work/layer.tar" .
-case $compression in
-  gzip) gzip -n -c "$work/layer.tar" >"$work/layer.blob" ;;
-  # zstd's output depends only on its input, level and version.
-  zstd) zstd -q -c -19 "$work/layer.tar" >"$work/layer.blob" ;;
-  *) die "--compression must be gzip or zstd, not '$compression'" ;;
-esac
+compress() {
+  case $compression in
+    gzip) gzip -n -c "$1" ;;
+    # zstd's output depends only on its input, level and version.
+    zstd) zstd -q -c -19 "$1" ;;
+    *) die "--compression must be gzip or zstd, not '$compression'" ;;
+  esac
+}
+compress "$work/layer.tar" >"$work/layer.blob"
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 size() { stat -c %s "$1"; }
@@ -169,9 +179,22 @@ put_blob() {
   echo "$d"
 }
 
-diff_id="sha256:$(sha "$work/layer.tar")"
-layer_digest="sha256:$(put_blob "$work/layer.blob")"
-layer_size="$(size "$work/layer.blob")"
+# Layers as manifest descriptors and their diff IDs, bottom first.
+layer_type="application/vnd.oci.image.layer.v1.tar+$compression"
+layers_json='[]'
+diff_ids_json='[]'
+add_layer() {
+  local tar=$1 blob=$2 digest
+  digest="sha256:$(put_blob "$blob")"
+  layers_json="$(jq -c --arg t "$layer_type" --arg d "$digest" --argjson s "$(size "$blob")" \
+    '. + [{mediaType: $t, digest: $d, size: $s}]' <<<"$layers_json")"
+  diff_ids_json="$(jq -c --arg d "sha256:$(sha "$tar")" '. + [$d]' <<<"$diff_ids_json")"
+}
+add_layer "$work/layer.tar" "$work/layer.blob"
+for i in "${!extra_layers[@]}"; do
+  compress "${extra_layers[$i]}" >"$work/extra-$i.blob"
+  add_layer "${extra_layers[$i]}" "$work/extra-$i.blob"
+done
 
 env_json="$(
   # An explicit --env PATH=... replaces the default rather than duplicating
@@ -204,7 +227,7 @@ jq -cn \
   --arg cmd "$cmd" \
   --arg workdir "$workdir" \
   --arg user "$user" \
-  --arg diff_id "$diff_id" \
+  --argjson diff_ids "$diff_ids_json" \
   '{
     created: $created,
     architecture: $arch,
@@ -216,7 +239,7 @@ jq -cn \
       + (if $workdir != "" then {WorkingDir: $workdir} else {} end)
       + (if $user != "" then {User: $user} else {} end)
     ),
-    rootfs: {type: "layers", diff_ids: [$diff_id]},
+    rootfs: {type: "layers", diff_ids: $diff_ids},
     history: [{created: $created, created_by: "nanolet scripts/build-image.sh"}]
   } + (if $variant != "" then {variant: $variant} else {} end)' \
   >"$work/config.json"
@@ -225,13 +248,12 @@ config_size="$(size "$work/config.json")"
 
 jq -cn \
   --arg cd "$config_digest" --argjson cs "$config_size" \
-  --arg ld "$layer_digest" --argjson ls "$layer_size" \
-  --arg lt "application/vnd.oci.image.layer.v1.tar+$compression" \
+  --argjson layers "$layers_json" \
   '{
     schemaVersion: 2,
     mediaType: "application/vnd.oci.image.manifest.v1+json",
     config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: $cd, size: $cs},
-    layers: [{mediaType: $lt, digest: $ld, size: $ls}]
+    layers: $layers
   }' >"$work/manifest.json"
 manifest_digest="sha256:$(put_blob "$work/manifest.json")"
 manifest_size="$(size "$work/manifest.json")"

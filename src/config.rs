@@ -103,6 +103,15 @@ struct NanoletConfigurationDoc {
     docker_config: Option<PathBuf>,
     #[serde(default)]
     pinned_images: Vec<String>,
+    image_limits: Option<ImageLimitsDoc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ImageLimitsDoc {
+    layer_size: Option<String>,
+    image_size: Option<String>,
+    layer_entries: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -169,6 +178,11 @@ pub struct Config {
     pub image_maximum_gc_age: Option<Duration>,
     /// Images never collected (nanolet's own: there is no CRI to pin them).
     pub pinned_images: Vec<String>,
+    /// Against decompression bombs: unpacked bytes of one layer and of the
+    /// layers one pull unpacks, and entries of one layer.
+    pub max_layer_size: u64,
+    pub max_image_size: u64,
+    pub max_layer_entries: u64,
     /// Cluster mode: the API server to join (standalone without it).
     pub kubeconfig: Option<PathBuf>,
     pub node_name: String,
@@ -225,6 +239,9 @@ impl Default for Config {
             image_minimum_gc_age: Duration::from_secs(120),
             image_maximum_gc_age: None,
             pinned_images: Vec::new(),
+            max_layer_size: 8 << 30,
+            max_image_size: 16 << 30,
+            max_layer_entries: 1_000_000,
             kubeconfig: None,
             node_name: default_node_name(),
             node_ip: None,
@@ -507,6 +524,20 @@ impl Config {
             config.docker_config = nanolet.docker_config;
         }
         config.pinned_images = nanolet.pinned_images;
+        if let Some(limits) = nanolet.image_limits {
+            for (field, value, target) in [
+                ("layerSize", limits.layer_size, &mut config.max_layer_size),
+                ("imageSize", limits.image_size, &mut config.max_image_size),
+            ] {
+                if let Some(v) = value {
+                    *target = quantity::parse_bytes(&v)
+                        .map_err(|e| invalid(format!("imageLimits.{field}: {e}")))?;
+                }
+            }
+            if let Some(n) = limits.layer_entries {
+                config.max_layer_entries = n;
+            }
+        }
         Ok(config)
     }
 
@@ -640,7 +671,7 @@ mod tests {
     #[test]
     fn image_gc_fields_as_upstream_validates_them() {
         let c = Config::parse(
-            "imageGCHighThresholdPercent: 70\nimageGCLowThresholdPercent: 40\nimageMinimumGCAge: 0s\nimageMaximumGCAge: 24h\n---\nkind: NanoletConfiguration\npinnedImages: [busybox]\n",
+            "imageGCHighThresholdPercent: 70\nimageGCLowThresholdPercent: 40\nimageMinimumGCAge: 0s\nimageMaximumGCAge: 24h\n---\nkind: NanoletConfiguration\npinnedImages: [busybox]\nimageLimits: {layerSize: 1Gi, layerEntries: 10}\n",
             Path::new("c"),
         )
         .unwrap();
@@ -654,6 +685,10 @@ mod tests {
         assert_eq!(c.image_minimum_gc_age, Duration::ZERO);
         assert_eq!(c.image_maximum_gc_age, Some(Duration::from_secs(86400)));
         assert_eq!(c.pinned_images, vec!["busybox".to_string()]);
+        assert_eq!(
+            (c.max_layer_size, c.max_image_size, c.max_layer_entries),
+            (1 << 30, 16 << 30, 10)
+        );
         let d = Config::default();
         assert_eq!(
             (

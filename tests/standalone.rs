@@ -1991,3 +1991,191 @@ fn image_gc_frees_the_disk_least_recently_used_first_keeping_used_and_pinned_ima
     assert!(row.contains("yes"), "{table}");
     assert!(!table.contains(&old), "{table}");
 }
+
+/// One entry of a crafted layer.
+enum Entry<'a> {
+    File(&'a str, &'a [u8]),
+    Symlink(&'a str, &'a str),
+    Hardlink(&'a str, &'a str),
+    Char(&'a str),
+}
+
+/// A tar written by hand, so that hostile names reach the registry (and
+/// the agent) as they are: tar libraries refuse to write some of them.
+fn crafted_tar(path: &std::path::Path, entries: &[Entry]) {
+    let mut data = Vec::new();
+    for e in entries {
+        let mut h = tar::Header::new_old();
+        let (name, kind, body, link): (&str, tar::EntryType, &[u8], &str) = match e {
+            Entry::File(n, b) => (n, tar::EntryType::Regular, b, ""),
+            Entry::Symlink(n, t) => (n, tar::EntryType::Symlink, b"", t),
+            Entry::Hardlink(n, t) => (n, tar::EntryType::Link, b"", t),
+            Entry::Char(n) => (n, tar::EntryType::Char, b"", ""),
+        };
+        h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+        h.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
+        h.set_entry_type(kind);
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_cksum();
+        data.extend_from_slice(h.as_bytes());
+        data.extend_from_slice(body);
+        data.resize(data.len().div_ceil(512) * 512, 0);
+    }
+    data.extend_from_slice(&[0; 1024]);
+    fs::write(path, data).unwrap();
+}
+
+#[test]
+fn hostile_layers_from_a_registry_write_nothing_outside_their_layer() {
+    let registry = Registry::start();
+    let work = common::TempDir::new("nanolet-hostile");
+    // What a layer must not reach: a dir of the host's, with a file in it.
+    let host = common::TempDir::new("nanolet-host-target");
+    fs::write(host.path().join("secret"), b"host").unwrap();
+    let target = host.path().to_str().unwrap().trim_start_matches('/');
+    let up = "../".repeat(8);
+    let pwned = format!("{target}/pwned");
+    let dotdot = format!("{up}{pwned}");
+    let absolute = format!("/{pwned}");
+    let host_secret = format!("/{target}/secret");
+    let zeros = vec![0u8; 48 << 20];
+    let many: Vec<String> = (0..1500).map(|i| format!("f{i}")).collect();
+
+    let push_layers = |name: &str, layers: &[&[Entry]]| {
+        let mut options = Vec::new();
+        for (i, entries) in layers.iter().enumerate() {
+            let tar = work.path().join(format!("{name}-{i}.tar"));
+            crafted_tar(&tar, entries);
+            options.push(tar.to_str().unwrap().to_owned());
+        }
+        let options: Vec<&str> = options.iter().flat_map(|t| ["--layer", t]).collect();
+        registry.push(&format!("test/{name}:1"), &options)
+    };
+    let refused: Vec<(&str, Vec<Entry>, &str)> = vec![
+        (
+            "dotdot",
+            vec![Entry::File(&dotdot, b"x")],
+            "path contains '..'",
+        ),
+        (
+            "through-symlink",
+            vec![
+                Entry::Symlink("evil", &host_secret),
+                Entry::Symlink("dir", host.path().to_str().unwrap()),
+                Entry::File("dir/pwned", b"x"),
+            ],
+            "path goes through a symlink",
+        ),
+        (
+            "hardlink-out",
+            vec![Entry::Hardlink("h", &host_secret)],
+            "hardlink target is not a regular file of this layer",
+        ),
+        (
+            "whiteout-parent",
+            vec![Entry::File(".wh...", b"")],
+            "whiteout of a parent directory",
+        ),
+        (
+            "bomb",
+            vec![Entry::File("zeros", &zeros)],
+            "the limit for this layer",
+        ),
+        (
+            "entries",
+            many.iter().map(|n| Entry::File(n, b"")).collect(),
+            "more than 1000 entries",
+        ),
+    ];
+
+    let config = work.path().join("config.yaml");
+    fs::write(
+        &config,
+        "kind: NanoletConfiguration\nimageLimits: {layerSize: 32Mi, layerEntries: 1000}\n",
+    )
+    .unwrap();
+    let agent = Agent::start_with(&registry, &["--config", config.to_str().unwrap()]);
+    let base = busybox(&registry);
+    agent.write_manifest(
+        "base.yaml",
+        &pod_yaml(
+            "base",
+            "",
+            &format!("  - name: c\n    image: {base}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("base");
+    let images = agent.state.join("images");
+    let store_before = tree(&images.join("layers"));
+    for (name, entries, reason) in &refused {
+        let image = push_layers(name, &[entries]);
+        agent.write_manifest(
+            &format!("{name}.yaml"),
+            &pod_yaml(
+                name,
+                "",
+                &format!("  - name: c\n    image: {image}\n    command: ['true']\n"),
+            ),
+        );
+        let waiting = agent.wait_for(&format!("{name}: ErrImagePull"), T, |a| {
+            let c = a.container_status(name, "c")?;
+            (c["state"]["waiting"]["reason"] == "ErrImagePull").then_some(c)
+        });
+        let message = waiting["state"]["waiting"]["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{name}: {message}");
+        agent.remove_manifest(&format!("{name}.yaml"));
+        agent.wait_for(&format!("{name} to go"), T, |a| {
+            a.record(name).is_none().then_some(())
+        });
+        // Nothing of the refused layer is kept: the store is as it was.
+        assert_eq!(
+            tree(&images.join("layers")),
+            store_before,
+            "{name} left something"
+        );
+        assert_eq!(fs::read_dir(images.join("tmp")).unwrap().count(), 0);
+    }
+
+    // What stays inside by construction runs: an absolute path lands in the
+    // layer (tar's rule), a device node is not made, and a symlink of a
+    // lower layer cannot carry a later layer's entry out of the container.
+    let accepted = push_layers(
+        "contained",
+        &[
+            &[
+                Entry::File(&absolute, b"in-layer"),
+                Entry::Char("dev-null"),
+                Entry::Symlink("escape", host.path().to_str().unwrap()),
+            ],
+            &[Entry::File("escape/pwned", b"upper")],
+        ],
+    );
+    agent.write_manifest(
+        "contained.yaml",
+        &pod_yaml(
+            "contained",
+            "",
+            &format!(
+                "  - name: c\n    image: {accepted}\n    command: [sh, -c, 'cat /{pwned} /escape/pwned; ls /dev-null 2>&1; sleep 3600']\n"
+            ),
+        ),
+    );
+    agent.wait_running("contained");
+    let logs = agent.wait_for("the contained pod's output", T, |a| {
+        let l = a.logs("default/contained", None);
+        l.contains("No such file").then_some(l)
+    });
+    assert!(logs.starts_with("in-layerupper"), "{logs}");
+    assert!(agent.log().contains("skipped 1 device nodes"));
+
+    // The host's dir is as it was.
+    let names: Vec<String> = fs::read_dir(host.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["secret"]);
+    assert_eq!(fs::read(host.path().join("secret")).unwrap(), b"host");
+}

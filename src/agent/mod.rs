@@ -30,10 +30,10 @@ use self::worker::{Control, Worker};
 use crate::cgroup::Hierarchy;
 use crate::config::Config;
 use crate::http::Client;
-use crate::image::ImageService;
 use crate::image::gc::GcPolicy;
 use crate::image::registry::Registry;
 use crate::image::store::Store;
+use crate::image::{ImageService, PullLimits, unpack};
 use crate::kube::Api;
 use crate::kube::watch::Reflector;
 use crate::pod::Pod;
@@ -191,6 +191,13 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                     .iter()
                     .filter_map(|i| ImageService::normalise(i))
                     .collect(),
+            },
+            PullLimits {
+                layer: unpack::Limits {
+                    max_bytes: config.max_layer_size,
+                    max_entries: config.max_layer_entries,
+                },
+                image_bytes: config.max_image_size,
             },
         ),
         monitor: MonitorSettings {

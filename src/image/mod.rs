@@ -65,6 +65,23 @@ pub struct GcReport {
     pub short: bool,
 }
 
+/// Against decompression bombs: per layer as [`unpack::Limits`], and the
+/// unpacked bytes of all the layers one pull unpacks.
+#[derive(Debug, Clone, Copy)]
+pub struct PullLimits {
+    pub layer: unpack::Limits,
+    pub image_bytes: u64,
+}
+
+impl Default for PullLimits {
+    fn default() -> Self {
+        PullLimits {
+            layer: unpack::Limits::default(),
+            image_bytes: 16 << 30,
+        }
+    }
+}
+
 /// An image ready to run.
 #[derive(Debug, Clone)]
 pub struct Image {
@@ -90,6 +107,7 @@ pub struct ImageService {
     /// want each: GC leaves them, a pull may be about to record them.
     in_flight: RefCell<HashMap<String, usize>>,
     gc: GcPolicy,
+    limits: PullLimits,
     /// Woken after each pull: a pull is what fills the disk.
     pulled_tx: smol::channel::Sender<()>,
     pulled_rx: smol::channel::Receiver<()>,
@@ -235,7 +253,7 @@ fn sha256_digest(data: &[u8]) -> String {
 }
 
 impl ImageService {
-    pub fn new(registry: Registry, store: Store, gc: GcPolicy) -> Self {
+    pub fn new(registry: Registry, store: Store, gc: GcPolicy, limits: PullLimits) -> Self {
         let (pulled_tx, pulled_rx) = smol::channel::bounded(1);
         let service = ImageService {
             registry,
@@ -250,6 +268,7 @@ impl ImageService {
             }),
             status_written: std::cell::Cell::new(None),
             gc,
+            limits,
             pulled_tx,
             pulled_rx,
         };
@@ -568,8 +587,18 @@ impl ImageService {
             .collect();
         let present: u64 = size - missing.iter().map(|l| l.size).sum::<u64>();
         let progress = Progress::start(self, key, present, size);
+        let mut unpacked = 0;
         for layer in missing {
-            self.fetch_layer(reference, key, creds, layer, &progress)
+            let limits = unpack::Limits {
+                max_bytes: self
+                    .limits
+                    .layer
+                    .max_bytes
+                    .min(self.limits.image_bytes.saturating_sub(unpacked)),
+                ..self.limits.layer
+            };
+            unpacked += self
+                .fetch_layer(reference, key, creds, layer, &progress, limits)
                 .await?;
         }
         // The config, then the record, only once every layer is in place.
@@ -651,7 +680,8 @@ impl ImageService {
         creds: Option<&Credentials>,
         desc: &Descriptor,
         progress: &Progress<'_>,
-    ) -> Result<(), ImageError> {
+        limits: unpack::Limits,
+    ) -> Result<u64, ImageError> {
         let pull_err = |message: String| pull_error(key, message);
         let final_path = self
             .store
@@ -667,7 +697,7 @@ impl ImageService {
         // Unpack and move into place in one blocking task, so that an
         // abandoned pull cannot leave a half-unpacked dir behind it.
         let stats = smol::unblock(move || {
-            let stats = unpack::unpack(&blob_path, &unpack_dir, unpack::Limits::default());
+            let stats = unpack::unpack(&blob_path, &unpack_dir, limits);
             let stats = match stats {
                 Ok(stats) => stats,
                 Err(e) => {
@@ -693,7 +723,7 @@ impl ImageService {
                 stats.skipped_devices
             );
         }
-        Ok(())
+        Ok(stats.bytes)
     }
 
     async fn download(

@@ -26,9 +26,9 @@ pub enum UnpackError {
     Io { path: PathBuf, source: io::Error },
     #[error("layer entry {entry:?}: {reason}")]
     Hostile { entry: String, reason: &'static str },
-    #[error("layer is larger than the limit of {limit} bytes uncompressed")]
+    #[error("unpacks to more than {limit} bytes, the limit for this layer (imageLimits)")]
     TooLarge { limit: u64 },
-    #[error("layer has more than {limit} entries")]
+    #[error("layer has more than {limit} entries (imageLimits.layerEntries)")]
     TooManyEntries { limit: u64 },
     #[error("reading the layer: {0}")]
     Tar(io::Error),
