@@ -2179,3 +2179,82 @@ fn hostile_layers_from_a_registry_write_nothing_outside_their_layer() {
     assert_eq!(names, ["secret"]);
     assert_eq!(fs::read(host.path().join("secret")).unwrap(), b"host");
 }
+
+fn random_bytes(n: u64) -> Vec<u8> {
+    use std::io::Read;
+    let mut data = Vec::new();
+    fs::File::open("/dev/urandom")
+        .unwrap()
+        .take(n)
+        .read_to_end(&mut data)
+        .unwrap();
+    data
+}
+
+#[test]
+fn layers_download_in_parallel_once_for_images_sharing_them_with_progress_shown() {
+    let registry = Registry::start();
+    let work = common::TempDir::new("nanolet-layers");
+    let mut options = Vec::new();
+    for i in 0..3 {
+        let tar = work.path().join(format!("layer-{i}.tar"));
+        let data = random_bytes(3 << 20);
+        crafted_tar(&tar, &[Entry::File(&format!("data-{i}"), &data)]);
+        options.push(tar.to_str().unwrap().to_owned());
+    }
+    let mut layers: Vec<&str> = options.iter().flat_map(|t| ["--layer", t]).collect();
+    registry.push("test/layers:1", &layers);
+    // The same layers under another config: another image.
+    layers.extend(["--env", "OTHER=1"]);
+    registry.push("test/layers-too:1", &layers);
+    // A slow uplink, so that the two pulls overlap.
+    let proxy = common::FlakyProxy::slow(&registry.addr, 4 << 20);
+    let agent = Agent::start_with(&registry, &["--insecure-registry", &proxy.addr]);
+    let pod = |name: &str, image: &str| {
+        pod_yaml(
+            name,
+            "",
+            &format!(
+                "  - name: c\n    image: {}/test/{image}:1\n    command: [sh, -c, 'cat /data-* | wc -c; sleep 3600']\n",
+                proxy.addr
+            ),
+        )
+    };
+    // Both in one scan of the manifest dir.
+    fs::write(agent.manifests.join(".a.tmp"), pod("a", "layers")).unwrap();
+    fs::write(agent.manifests.join(".b.tmp"), pod("b", "layers-too")).unwrap();
+    fs::rename(
+        agent.manifests.join(".a.tmp"),
+        agent.manifests.join("a.yaml"),
+    )
+    .unwrap();
+    fs::rename(
+        agent.manifests.join(".b.tmp"),
+        agent.manifests.join("b.yaml"),
+    )
+    .unwrap();
+    let progress = agent.wait_for("a pull in progress in `nanolet images`", T, |a| {
+        let table = a.cli(&["images"]);
+        table
+            .lines()
+            .find(|l| l.contains("<pulling>"))
+            .map(str::to_owned)
+    });
+    assert!(
+        progress.contains("/9.") || progress.contains("/10."),
+        "{progress}"
+    );
+    agent.wait_running("a");
+    agent.wait_running("b");
+    for pod in ["a", "b"] {
+        agent.wait_for("the data", T, |a| {
+            (a.logs(&format!("default/{pod}"), None) == (9 << 20).to_string()).then_some(())
+        });
+    }
+    let most_open = proxy.most_open.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most_open >= 3, "at most {most_open} connections at once");
+    // Each layer came down once, not once per image.
+    let answered = proxy.answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(answered < 12 << 20, "{answered} bytes for 10 MiB of layers");
+    assert!(!agent.cli(&["images"]).contains("<pulling>"));
+}

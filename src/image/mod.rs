@@ -101,6 +101,8 @@ pub struct ImageService {
     /// One pull per reference at a time; a second asker waits and then finds
     /// the image in the store.
     pulls: RefCell<HashMap<String, Rc<Mutex<()>>>>,
+    /// One download of a layer at a time, also across images that share it.
+    layer_fetches: RefCell<HashMap<String, Rc<Mutex<()>>>>,
     /// Unpacking is CPU and disk work off the loop; bound it on small boards.
     unpack_slots: Semaphore,
     /// Digests (config and layers) of pulls in flight, with how many pulls
@@ -212,6 +214,10 @@ impl Drop for InFlight<'_> {
 
 const MAX_CONFIG: usize = 4 << 20;
 
+/// Layers of one image downloaded at once, as containerd's default: more
+/// gains little on one uplink and costs memory and flash writes at once.
+const MAX_PARALLEL_DOWNLOADS: usize = 3;
+
 /// How often one blob download is resumed after its connection broke, and
 /// the first wait before that (doubling each time): a flaky uplink gets a
 /// minute or so before the pull fails and the pod's backoff takes over.
@@ -260,6 +266,7 @@ impl ImageService {
             store,
             platform: manifest::host_platform(),
             pulls: RefCell::new(HashMap::new()),
+            layer_fetches: RefCell::new(HashMap::new()),
             unpack_slots: Semaphore::new(1),
             in_flight: RefCell::new(HashMap::new()),
             status: RefCell::new(StoreStatus {
@@ -587,20 +594,23 @@ impl ImageService {
             .collect();
         let present: u64 = size - missing.iter().map(|l| l.size).sum::<u64>();
         let progress = Progress::start(self, key, present, size);
-        let mut unpacked = 0;
-        for layer in missing {
-            let limits = unpack::Limits {
-                max_bytes: self
-                    .limits
-                    .layer
-                    .max_bytes
-                    .min(self.limits.image_bytes.saturating_sub(unpacked)),
-                ..self.limits.layer
-            };
-            unpacked += self
-                .fetch_layer(reference, key, creds, layer, &progress, limits)
-                .await?;
-        }
+        let image_budget = std::cell::Cell::new(self.limits.image_bytes);
+        let fetches = missing
+            .into_iter()
+            .map(
+                |layer| -> crate::rt::LocalBoxFuture<'_, Result<(), ImageError>> {
+                    Box::pin(self.fetch_layer_once(
+                        reference,
+                        key,
+                        creds,
+                        layer,
+                        &progress,
+                        &image_budget,
+                    ))
+                },
+            )
+            .collect();
+        crate::rt::try_join_bounded(fetches, MAX_PARALLEL_DOWNLOADS).await?;
         // The config, then the record, only once every layer is in place.
         // fsync can take long on SD cards: off the loop.
         smol::unblock(move || {
@@ -670,6 +680,39 @@ impl ImageService {
         Ok(data)
     }
 
+    /// Fetches a layer unless another pull is fetching it: then waits for
+    /// that one and fetches only if it failed.
+    async fn fetch_layer_once(
+        &self,
+        reference: &Reference,
+        key: &str,
+        creds: Option<&Credentials>,
+        desc: &Descriptor,
+        progress: &Progress<'_>,
+        image_budget: &std::cell::Cell<u64>,
+    ) -> Result<(), ImageError> {
+        let lock = self
+            .layer_fetches
+            .borrow_mut()
+            .entry(desc.digest.clone())
+            .or_default()
+            .clone();
+        let result = {
+            let _guard = lock.lock().await;
+            if self.store.has_layer(&desc.digest) {
+                progress.advance(desc.size);
+                Ok(())
+            } else {
+                self.fetch_layer(reference, key, creds, desc, progress, image_budget)
+                    .await
+            }
+        };
+        if Rc::strong_count(&lock) <= 2 {
+            self.layer_fetches.borrow_mut().remove(&desc.digest);
+        }
+        result
+    }
+
     /// Downloads a layer to `tmp/` while hashing it (resuming it where a
     /// broken connection left it), verifies it, unpacks it
     /// off the loop and moves the result into place.
@@ -680,8 +723,8 @@ impl ImageService {
         creds: Option<&Credentials>,
         desc: &Descriptor,
         progress: &Progress<'_>,
-        limits: unpack::Limits,
-    ) -> Result<u64, ImageError> {
+        image_budget: &std::cell::Cell<u64>,
+    ) -> Result<(), ImageError> {
         let pull_err = |message: String| pull_error(key, message);
         let final_path = self
             .store
@@ -693,6 +736,12 @@ impl ImageService {
         self.download(reference, key, creds, desc, &blob.0, progress)
             .await?;
         let _slot = self.unpack_slots.acquire().await;
+        // One unpack at a time: what the image's earlier layers used of its
+        // budget is known here.
+        let limits = unpack::Limits {
+            max_bytes: self.limits.layer.max_bytes.min(image_budget.get()),
+            ..self.limits.layer
+        };
         let (blob_path, unpack_dir) = (blob.0.clone(), self.store.temp_path("layer"));
         // Unpack and move into place in one blocking task, so that an
         // abandoned pull cannot leave a half-unpacked dir behind it.
@@ -723,7 +772,8 @@ impl ImageService {
                 stats.skipped_devices
             );
         }
-        Ok(stats.bytes)
+        image_budget.set(image_budget.get().saturating_sub(stats.bytes));
+        Ok(())
     }
 
     async fn download(

@@ -497,25 +497,40 @@ fn remove_cgroup_tree(dir: &Path) {
 
 /// A TCP proxy on a free loopback port to `target` (the test registry)
 /// that breaks the first connection whose answer grows past `cut_after`
-/// bytes, as a flaky uplink does, and counts the bytes it passes back.
+/// bytes, as a flaky uplink does, and counts the bytes it passes back and
+/// the most connections open at once.
 pub struct FlakyProxy {
     pub addr: String,
     pub answered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pub most_open: std::sync::Arc<std::sync::atomic::AtomicU64>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FlakyProxy {
     pub fn start(target: &str, cut_after: u64) -> FlakyProxy {
+        Self::start_with(target, cut_after, None)
+    }
+
+    /// A proxy that never breaks but passes at most `bytes_per_sec` per
+    /// connection: a slow uplink.
+    pub fn slow(target: &str, bytes_per_sec: u64) -> FlakyProxy {
+        Self::start_with(target, u64::MAX, Some(bytes_per_sec))
+    }
+
+    fn start_with(target: &str, cut_after: u64, rate: Option<u64>) -> FlakyProxy {
         use std::net::{Shutdown, TcpListener, TcpStream};
         use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let answered = Arc::new(AtomicU64::new(0));
+        let open = Arc::new(AtomicU64::new(0));
+        let most_open = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let cut = Arc::new(AtomicBool::new(false));
         let target = target.to_owned();
         let (total, stopping) = (answered.clone(), stop.clone());
+        let (open_now, most) = (open.clone(), most_open.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if stopping.load(Ordering::SeqCst) {
@@ -532,6 +547,9 @@ impl FlakyProxy {
                     let _ = s_out.shutdown(Shutdown::Write);
                 });
                 let (total, cut) = (total.clone(), cut.clone());
+                let now = open_now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                let open_now = open_now.clone();
                 std::thread::spawn(move || {
                     use std::io::{Read, Write};
                     let (mut server, mut client) = (server, client);
@@ -546,7 +564,13 @@ impl FlakyProxy {
                         if this_one > cut_after && !cut.swap(true, Ordering::SeqCst) {
                             break;
                         }
+                        if let Some(rate) = rate {
+                            std::thread::sleep(std::time::Duration::from_secs_f64(
+                                n as f64 / rate as f64,
+                            ));
+                        }
                     }
+                    open_now.fetch_sub(1, Ordering::SeqCst);
                     let _ = client.shutdown(Shutdown::Both);
                     let _ = server.shutdown(Shutdown::Both);
                 });
@@ -555,6 +579,7 @@ impl FlakyProxy {
         FlakyProxy {
             addr,
             answered,
+            most_open,
             stop,
         }
     }
