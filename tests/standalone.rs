@@ -2258,3 +2258,167 @@ fn layers_download_in_parallel_once_for_images_sharing_them_with_progress_shown(
     assert!(answered < 12 << 20, "{answered} bytes for 10 MiB of layers");
     assert!(!agent.cli(&["images"]).contains("<pulling>"));
 }
+
+/// The layer digests of an image in the registry, bottom first.
+fn layer_digests(image: &str) -> Vec<String> {
+    let manifest: Value =
+        serde_json::from_str(&common::run(std::process::Command::new("skopeo").args([
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            &format!("docker://{image}"),
+        ])))
+        .unwrap();
+    manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["digest"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn dir_names(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn killed_at_random_points_of_pulls_and_gc_the_store_stays_consistent() {
+    let registry = Registry::start();
+    let work = common::TempDir::new("nanolet-crashes");
+    let mut big_layers = Vec::new();
+    for i in 0..3 {
+        let tar = work.path().join(format!("data-{i}.tar"));
+        crafted_tar(
+            &tar,
+            &[Entry::File(&format!("data-{i}"), &random_bytes(4 << 20))],
+        );
+        big_layers.push(tar.to_str().unwrap().to_owned());
+    }
+    let options: Vec<&str> = big_layers.iter().flat_map(|t| ["--layer", t]).collect();
+    let big = registry.push("test/big:1", &options);
+    let small_tar = work.path().join("small.tar");
+    crafted_tar(&small_tar, &[Entry::File("small", &random_bytes(1 << 20))]);
+    let small = registry.push("test/small:1", &["--layer", small_tar.to_str().unwrap()]);
+    // What every complete layer dir holds: the busybox layer both images
+    // share, then one data file each.
+    let busybox_size = fs::metadata("/bin/busybox").unwrap().len();
+    let mut complete: std::collections::HashMap<String, (String, u64)> = Default::default();
+    let big_digests = layer_digests(&big);
+    for (i, digest) in big_digests.iter().enumerate() {
+        let expected = match i {
+            0 => ("bin/busybox".to_owned(), busybox_size),
+            i => (format!("data-{}", i - 1), 4 << 20),
+        };
+        complete.insert(digest.trim_start_matches("sha256:").to_owned(), expected);
+    }
+    let small_digests = layer_digests(&small);
+    assert_eq!(
+        small_digests[0], big_digests[0],
+        "the busybox layer is shared"
+    );
+    complete.insert(
+        small_digests[1].trim_start_matches("sha256:").to_owned(),
+        ("small".to_owned(), 1 << 20),
+    );
+
+    // A slow link makes pulls long enough to be interrupted; images unused
+    // for a second go at the next GC pass.
+    let proxy = common::FlakyProxy::slow(&registry.addr, 8 << 20);
+    let config = work.path().join("config.yaml");
+    fs::write(&config, "imageMinimumGCAge: 0s\nimageMaximumGCAge: 1s\n").unwrap();
+    let mut agent = Agent::unstarted(&registry, None, &[]);
+    agent.set_args(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--insecure-registry",
+        &proxy.addr,
+    ]);
+    let images = agent.state.join("images");
+    let pod = |name: &str, image: &str| {
+        let image = image.replacen(&registry.addr, &proxy.addr, 1);
+        pod_yaml(
+            name,
+            "  terminationGracePeriodSeconds: 1\n",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        )
+    };
+    agent.write_manifest("big.yaml", &pod("big", &big));
+
+    let check_store = |when: &str| {
+        let records: Value = fs::read(images.join("images.json"))
+            .ok()
+            .map(|b| serde_json::from_slice(&b).unwrap())
+            .unwrap_or(Value::Null);
+        let layers = images.join("layers/sha256");
+        for (reference, record) in records.as_object().into_iter().flatten() {
+            for layer in record["layers"].as_array().unwrap() {
+                let hex = layer.as_str().unwrap().trim_start_matches("sha256:");
+                // A record may outlive its layers only as an absent image
+                // (GC removes the record first); never the other way round.
+                let config = record["configDigest"].as_str().unwrap();
+                let blob = images
+                    .join("blobs/sha256")
+                    .join(config.trim_start_matches("sha256:"));
+                if layers.join(hex).is_dir() {
+                    assert!(blob.is_file(), "{when}: {reference} lacks its config");
+                }
+            }
+        }
+        for hex in dir_names(&layers) {
+            let (file, size) = complete
+                .get(&hex)
+                .unwrap_or_else(|| panic!("{when}: unknown layer {hex}"));
+            let got = fs::metadata(layers.join(&hex).join(file)).map(|m| m.len());
+            assert_eq!(got.ok(), Some(*size), "{when}: layer {hex} is incomplete");
+        }
+    };
+
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("random seed {seed}");
+    for round in 0..10 {
+        // The small image wanted every other round, unwanted (and so
+        // collected) in between.
+        if round % 2 == 1 {
+            agent.write_manifest("small.yaml", &pod("small", &small));
+        } else if agent.manifests.join("small.yaml").exists() {
+            agent.remove_manifest("small.yaml");
+        }
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let delay = Duration::from_millis((seed >> 33) % 2500);
+        agent.spawn();
+        std::thread::sleep(delay);
+        agent.kill9();
+        check_store(&format!("round {round}, killed after {delay:?}"));
+    }
+
+    // Left to finish: the big image complete, the small one collected, and
+    // nothing else on the disk.
+    if agent.manifests.join("small.yaml").exists() {
+        agent.remove_manifest("small.yaml");
+    }
+    agent.spawn();
+    agent.wait_running("big");
+    agent.wait_for("the small image collected", T, |a| {
+        let records = fs::read_to_string(a.state.join("images/images.json")).ok()?;
+        let layers = dir_names(&images.join("layers/sha256"));
+        (!records.contains("test/small") && layers.len() == 4).then_some(())
+    });
+    check_store("at the end");
+    let wanted: std::collections::BTreeSet<String> = big_digests
+        .iter()
+        .map(|d| d.trim_start_matches("sha256:").to_owned())
+        .collect();
+    assert_eq!(dir_names(&images.join("layers/sha256")), wanted);
+    assert_eq!(dir_names(&images.join("blobs/sha256")).len(), 1);
+    assert!(dir_names(&images.join("tmp")).is_empty());
+}

@@ -495,6 +495,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             }
             Event::Done(uid) => {
                 workers.remove(&uid);
+                ctx.images.wake_gc();
                 if let Some(status) = &ctx.status_manager {
                     status.finished(&uid);
                 }
@@ -511,8 +512,8 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
 /// Upstream's image GC period.
 const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 
-/// Image GC at start, every 5 minutes as upstream, and after each pull:
-/// on a small SD card it is a pull that fills the disk.
+/// Image GC at start, every 5 minutes as upstream, after each pull (on a
+/// small SD card it is a pull that fills the disk) and when a pod is gone.
 async fn collect_images(ctx: Rc<Context>) {
     loop {
         let pods = ctx.layout.pods();
@@ -540,7 +541,7 @@ async fn collect_images(ctx: Rc<Context>) {
         let period = async {
             smol::Timer::after(IMAGE_GC_PERIOD).await;
         };
-        futures_lite::future::or(ctx.images.pulled(), period).await;
+        futures_lite::future::or(ctx.images.gc_wanted(), period).await;
     }
 }
 

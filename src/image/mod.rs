@@ -110,9 +110,10 @@ pub struct ImageService {
     in_flight: RefCell<HashMap<String, usize>>,
     gc: GcPolicy,
     limits: PullLimits,
-    /// Woken after each pull: a pull is what fills the disk.
-    pulled_tx: smol::channel::Sender<()>,
-    pulled_rx: smol::channel::Receiver<()>,
+    /// Wakes GC: after each pull (a pull is what fills the disk) and when
+    /// a pod went away (its images may be unused now).
+    gc_tx: smol::channel::Sender<()>,
+    gc_rx: smol::channel::Receiver<()>,
     /// Pinned images and pull progress, for `nanolet images`.
     status: RefCell<StoreStatus>,
     status_written: std::cell::Cell<Option<std::time::Instant>>,
@@ -260,7 +261,7 @@ fn sha256_digest(data: &[u8]) -> String {
 
 impl ImageService {
     pub fn new(registry: Registry, store: Store, gc: GcPolicy, limits: PullLimits) -> Self {
-        let (pulled_tx, pulled_rx) = smol::channel::bounded(1);
+        let (gc_tx, gc_rx) = smol::channel::bounded(1);
         let service = ImageService {
             registry,
             store,
@@ -276,8 +277,8 @@ impl ImageService {
             status_written: std::cell::Cell::new(None),
             gc,
             limits,
-            pulled_tx,
-            pulled_rx,
+            gc_tx,
+            gc_rx,
         };
         // What a previous run left says nothing about this one.
         service.write_status(true);
@@ -300,9 +301,14 @@ impl ImageService {
         }
     }
 
-    /// Resolves when a pull completed since the last call.
-    pub async fn pulled(&self) {
-        let _ = self.pulled_rx.recv().await;
+    /// Resolves when a GC pass is due besides the period: a pull completed
+    /// or [`ImageService::wake_gc`] was called since the last call.
+    pub async fn gc_wanted(&self) {
+        let _ = self.gc_rx.recv().await;
+    }
+
+    pub fn wake_gc(&self) {
+        let _ = self.gc_tx.try_send(());
     }
 
     /// The normalised form of an image name, as the store keys it.
@@ -635,7 +641,7 @@ impl ImageService {
         let store = self.store.clone();
         let saved = record.clone();
         smol::unblock(move || store.put_record(saved)).await?;
-        let _ = self.pulled_tx.try_send(());
+        self.wake_gc();
         Ok(record)
     }
 
