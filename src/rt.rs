@@ -69,6 +69,31 @@ pub async fn try_join_bounded<'a, T, E>(
     Ok(results.into_iter().flatten().collect())
 }
 
+/// Runs `work` while sampling the loop's lag every `period`: its result and
+/// the worst lag seen. For work that must not stall the loop (pulls): the
+/// fine probe runs only as long as the work.
+pub async fn with_lag_probe<T>(work: impl Future<Output = T>, period: Duration) -> (T, Duration) {
+    let worst = std::cell::Cell::new(Duration::ZERO);
+    let probe = async {
+        loop {
+            let asked = Instant::now();
+            smol::Timer::after(period).await;
+            worst.set(worst.get().max(asked.elapsed().saturating_sub(period)));
+        }
+    };
+    let mut work = std::pin::pin!(work);
+    let mut probe = std::pin::pin!(probe);
+    let result = std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = work.as_mut().poll(cx) {
+            return Poll::Ready(v);
+        }
+        let _ = probe.as_mut().poll(cx);
+        Poll::Pending
+    })
+    .await;
+    (result, worst.get())
+}
+
 /// Samples how late a timer fires: the loop's lag. Cheap enough to run every
 /// few seconds; a lag worth a user's attention is logged (exporting it as a
 /// metric comes with the kubelet API).

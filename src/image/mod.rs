@@ -215,6 +215,13 @@ impl Drop for InFlight<'_> {
 
 const MAX_CONFIG: usize = 4 << 20;
 
+/// What a blob download holds on its way to the disk.
+const WRITE_BUFFER: usize = 256 << 10;
+
+/// How often the loop's lag is sampled while a pull runs: pulls are the
+/// agent's heaviest work, and must not stall it.
+const LAG_PROBE: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Layers of one image downloaded at once, as containerd's default: more
 /// gains little on one uplink and costs memory and flash writes at once.
 const MAX_PARALLEL_DOWNLOADS: usize = 3;
@@ -452,13 +459,19 @@ impl ImageService {
             // The pull we waited for is as fresh as ours would be.
             match self.store.record(&key)? {
                 Some(record) if someone_pulling => Ok(record),
-                _ => self.pull(&reference, &key, creds).await.inspect(|record| {
-                    log::info!(
-                        "pulled {key} ({} bytes) in {:?}",
-                        record.size,
-                        started.elapsed()
-                    );
-                }),
+                _ => {
+                    let (pulled, lag) =
+                        crate::rt::with_lag_probe(self.pull(&reference, &key, creds), LAG_PROBE)
+                            .await;
+                    pulled.inspect(|record| {
+                        log::info!(
+                            "pulled {key} ({} bytes) in {:?}; event loop lag at most {:?}",
+                            record.size,
+                            started.elapsed(),
+                            lag
+                        );
+                    })
+                }
             }
         };
         if Rc::strong_count(&lock) <= 2 {
@@ -793,7 +806,10 @@ impl ImageService {
     ) -> Result<(), ImageError> {
         let pull_err = |message: String| pull_error(key, message);
         let io_err = |e: std::io::Error| pull_err(format!("{}: {e}", path.display()));
-        let mut file = smol::fs::File::create(path).await.map_err(io_err)?;
+        // async-fs would buffer up to 8 MiB per file on its way to the
+        // disk; a small board downloading three layers cannot spare that.
+        let created = std::fs::File::create(path).map_err(io_err)?;
+        let mut file = smol::Unblock::with_capacity(WRITE_BUFFER, created);
         let mut hasher = Sha256::new();
         let mut received: u64 = 0;
         let mut resumes = 0;
@@ -822,7 +838,7 @@ impl ImageService {
             if !continues {
                 // The whole blob again: start over.
                 progress.rewind(received);
-                file.set_len(0).await.map_err(io_err)?;
+                file.get_mut().await.set_len(0).map_err(io_err)?;
                 file.seek(std::io::SeekFrom::Start(0))
                     .await
                     .map_err(io_err)?;
