@@ -5,16 +5,18 @@
 //! `min_age` ago stay; images unused for longer than `max_age` go whatever
 //! the disk usage. nanolet adds pinned images, which never go.
 //!
-//! This module decides; [`super::ImageService::collect_garbage`] measures
-//! and deletes.
+//! [`GcPolicy`] decides; [`ImageService::collect_garbage`] measures and
+//! deletes.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use jiff::Timestamp;
 
 use super::store::ImageRecord;
+use super::{ImageError, ImageService};
+use crate::state::{self, StateError};
 
 #[derive(Debug, Clone)]
 pub struct GcPolicy {
@@ -120,6 +122,105 @@ impl GcPolicy {
             .filter(|r| older_than(r.last_used, max_age, now))
             .copied()
             .collect()
+    }
+}
+
+/// What one image GC pass did.
+#[derive(Debug, Default)]
+pub struct GcReport {
+    /// References deleted.
+    pub deleted: Vec<String>,
+    pub before: Option<DiskUsage>,
+    pub after: Option<DiskUsage>,
+    /// The disk was over the high threshold and deleting every candidate
+    /// did not bring it down to the low one.
+    pub short: bool,
+}
+
+impl ImageService {
+    /// One image GC pass (see [`gc`]): images whose references are in
+    /// `in_use` (every pod the node has admitted, running or not) stay, as
+    /// do layers a pull in flight or a mounted container root uses.
+    /// Layers no image needs any more (after a crash) go too.
+    pub async fn collect_garbage(&self, in_use: &HashSet<String>) -> Result<GcReport, ImageError> {
+        let root = self.store.root().to_owned();
+        let statfs = |root: PathBuf| async move {
+            smol::unblock(move || {
+                DiskUsage::of(&root).map_err(|source| ImageError::Statfs { path: root, source })
+            })
+            .await
+        };
+        let mut report = GcReport {
+            before: Some(statfs(root.clone()).await?),
+            ..GcReport::default()
+        };
+        let now = Timestamp::now();
+        let records = self.store.records()?;
+        let all = self.gc.candidates(&records, in_use, now);
+        let expired: Vec<String> = self
+            .gc
+            .expired(&all, now)
+            .iter()
+            .map(|r| r.reference.clone())
+            .collect();
+        let candidates: Vec<String> = all
+            .iter()
+            .map(|r| r.reference.clone())
+            .filter(|r| !expired.contains(r))
+            .collect();
+        // Unused for too long, and whatever no image needs any more.
+        self.delete(&expired).await?;
+        report.deleted.extend(expired.iter().cloned());
+        let mut usage = statfs(root.clone()).await?;
+        if self.gc.over_high(usage) {
+            let mut remaining = candidates.iter();
+            while !self.gc.at_low(usage) {
+                let Some(reference) = remaining.next() else {
+                    report.short = true;
+                    break;
+                };
+                self.delete(std::slice::from_ref(reference)).await?;
+                report.deleted.push(reference.clone());
+                usage = statfs(root.clone()).await?;
+            }
+        }
+        report.after = Some(usage);
+        Ok(report)
+    }
+
+    /// Deletes images (and anything unreferenced): the records and renames
+    /// in one synchronous step on the loop, so that no pull can check for a
+    /// layer between the two; the removal itself off it.
+    async fn delete(&self, references: &[String]) -> Result<(), ImageError> {
+        let layers_root = self.store.root().join("layers/sha256");
+        let mut protected: HashSet<String> = self.in_flight.borrow().keys().cloned().collect();
+        protected.extend(
+            crate::mount::overlay_lower_dirs()
+                .iter()
+                .filter(|d| d.parent() == Some(layers_root.as_path()))
+                .filter_map(|d| d.file_name())
+                .map(|hex| format!("sha256:{}", hex.to_string_lossy())),
+        );
+        let moved = self
+            .store
+            .delete_images(references, &protected, self.gc.min_age)?;
+        smol::unblock(move || {
+            for dir in moved {
+                let removed = if dir.is_dir() {
+                    state::remove_tree(&dir)
+                } else {
+                    std::fs::remove_file(&dir).map_err(|source| StateError::Io {
+                        path: dir.clone(),
+                        source,
+                    })
+                };
+                if let Err(e) = removed {
+                    log::warn!("image GC: {e}");
+                }
+            }
+        })
+        .await;
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@ pub mod unpack;
 pub mod zstd;
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use smol::lock::{Mutex, Semaphore};
 
 use self::auth::{Credentials, RegistryAuth};
-use self::gc::{DiskUsage, GcPolicy};
+use self::gc::GcPolicy;
 use self::manifest::{Descriptor, Document, ImageConfig, Platform, RunConfig};
 use self::reference::{Reference, ReferenceError};
 use self::registry::{Registry, RegistryError};
@@ -51,18 +51,6 @@ pub enum ImageError {
         path: PathBuf,
         source: std::io::Error,
     },
-}
-
-/// What one image GC pass did.
-#[derive(Debug, Default)]
-pub struct GcReport {
-    /// References deleted.
-    pub deleted: Vec<String>,
-    pub before: Option<DiskUsage>,
-    pub after: Option<DiskUsage>,
-    /// The disk was over the high threshold and deleting every candidate
-    /// did not bring it down to the low one.
-    pub short: bool,
 }
 
 /// Against decompression bombs: per layer as [`unpack::Limits`], and the
@@ -321,91 +309,6 @@ impl ImageService {
     /// The normalised form of an image name, as the store keys it.
     pub fn normalise(image: &str) -> Option<String> {
         Reference::parse(image).ok().map(|r| r.to_string())
-    }
-
-    /// One image GC pass (see [`gc`]): images whose references are in
-    /// `in_use` (every pod the node has admitted, running or not) stay, as
-    /// do layers a pull in flight or a mounted container root uses.
-    /// Layers no image needs any more (after a crash) go too.
-    pub async fn collect_garbage(&self, in_use: &HashSet<String>) -> Result<GcReport, ImageError> {
-        let root = self.store.root().to_owned();
-        let statfs = |root: PathBuf| async move {
-            smol::unblock(move || {
-                DiskUsage::of(&root).map_err(|source| ImageError::Statfs { path: root, source })
-            })
-            .await
-        };
-        let mut report = GcReport {
-            before: Some(statfs(root.clone()).await?),
-            ..GcReport::default()
-        };
-        let now = Timestamp::now();
-        let records = self.store.records()?;
-        let all = self.gc.candidates(&records, in_use, now);
-        let expired: Vec<String> = self
-            .gc
-            .expired(&all, now)
-            .iter()
-            .map(|r| r.reference.clone())
-            .collect();
-        let candidates: Vec<String> = all
-            .iter()
-            .map(|r| r.reference.clone())
-            .filter(|r| !expired.contains(r))
-            .collect();
-        // Unused for too long, and whatever no image needs any more.
-        self.delete(&expired).await?;
-        report.deleted.extend(expired.iter().cloned());
-        let mut usage = statfs(root.clone()).await?;
-        if self.gc.over_high(usage) {
-            let mut remaining = candidates.iter();
-            while !self.gc.at_low(usage) {
-                let Some(reference) = remaining.next() else {
-                    report.short = true;
-                    break;
-                };
-                self.delete(std::slice::from_ref(reference)).await?;
-                report.deleted.push(reference.clone());
-                usage = statfs(root.clone()).await?;
-            }
-        }
-        report.after = Some(usage);
-        Ok(report)
-    }
-
-    /// Deletes images (and anything unreferenced): the records and renames
-    /// in one synchronous step on the loop, so that no pull can check for a
-    /// layer between the two; the removal itself off it.
-    async fn delete(&self, references: &[String]) -> Result<(), ImageError> {
-        let layers_root = self.store.root().join("layers/sha256");
-        let mut protected: HashSet<String> = self.in_flight.borrow().keys().cloned().collect();
-        protected.extend(
-            crate::mount::overlay_lower_dirs()
-                .iter()
-                .filter(|d| d.parent() == Some(layers_root.as_path()))
-                .filter_map(|d| d.file_name())
-                .map(|hex| format!("sha256:{}", hex.to_string_lossy())),
-        );
-        let moved = self
-            .store
-            .delete_images(references, &protected, self.gc.min_age)?;
-        smol::unblock(move || {
-            for dir in moved {
-                let removed = if dir.is_dir() {
-                    state::remove_tree(&dir)
-                } else {
-                    std::fs::remove_file(&dir).map_err(|source| StateError::Io {
-                        path: dir.clone(),
-                        source,
-                    })
-                };
-                if let Err(e) = removed {
-                    log::warn!("image GC: {e}");
-                }
-            }
-        })
-        .await;
-        Ok(())
     }
 
     /// Whether `image` is in the store (a bad name is not).
