@@ -69,7 +69,7 @@ PY
 
 export NANOLET_FUZZ_DIR=/dev/shm
 cargo +nightly fuzz run --fuzz-dir tests/fuzz unpack "$corpus" -- \
-  -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=1100000 2>&1 |
+  -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=262144 2>&1 |
   tee "$work/fuzz.log" | grep -E '^(#[0-9]+.*(DONE|pulse)|Done|==|SUMMARY|INFO: -max_total_time)' || true
 status=${PIPESTATUS[0]}
 rm -rf /dev/shm/nanolet-fuzz-*

@@ -165,14 +165,9 @@ impl Store {
             }
         }
         if !references.is_empty() {
-            // Without an fsync: should the removal be lost to a power cut,
-            // the record names layers that are gone and counts as absent.
-            state::write_json(
-                &self.index_path(),
-                &records,
-                0o600,
-                state::Durability::ProcessCrash,
-            )?;
+            // Should the removal be lost to a power cut, the record names
+            // layers that are gone and counts as absent.
+            self.write_index_unsynced(&records)?;
         }
         let needed: HashSet<&String> = records
             .values()
@@ -214,13 +209,21 @@ impl Store {
         if let Some(r) = records.get_mut(reference) {
             r.last_used = Timestamp::now();
             // Last use only orders GC candidates: not worth an fsync per start.
-            state::write_json(
-                &self.index_path(),
-                &records,
-                0o600,
-                state::Durability::ProcessCrash,
-            )?;
+            self.write_index_unsynced(&records)?;
         }
         Ok(())
+    }
+
+    /// The index without an fsync, for changes a power cut may undo.
+    fn write_index_unsynced(
+        &self,
+        records: &BTreeMap<String, ImageRecord>,
+    ) -> Result<(), StateError> {
+        state::write_json(
+            &self.index_path(),
+            records,
+            0o600,
+            state::Durability::ProcessCrash,
+        )
     }
 }
