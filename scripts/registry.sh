@@ -104,6 +104,13 @@ http:
   # A fixed secret only silences the "generated random secret" warning; it
   # guards upload state, which is meaningless for a single loopback instance.
   secret: nanolet-local-test-registry
+# Foreign (non-distributable) layers may name loopback URLs, where tests
+# serve them; the default allows none.
+validation:
+  manifests:
+    urls:
+      allow:
+        - '^http://127\.0\.0\.1:[0-9]+/'
 YAML
 }
 

@@ -2421,4 +2421,225 @@ fn killed_at_random_points_of_pulls_and_gc_the_store_stays_consistent() {
     assert_eq!(dir_names(&images.join("layers/sha256")), wanted);
     assert_eq!(dir_names(&images.join("blobs/sha256")).len(), 1);
     assert!(dir_names(&images.join("tmp")).is_empty());
+    // Unfinished downloads of the big image were resumed and are gone;
+    // one of the small image may wait for its next pull (an hour).
+    let partials = dir_names(&images.join("partial"));
+    assert!(partials.iter().all(|p| !wanted.contains(p)), "{partials:?}");
+}
+
+/// A child process killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn blob_redirects_to_another_host_carry_no_registry_credentials() {
+    use std::io::BufRead;
+    let registry = Registry::start_with_token_auth("pusher:push-secret");
+    registry.push("test/redirected:1", &[]);
+    let auth_log = registry.dir().join("storage-auth.log");
+    let mut proxy = KillOnDrop(
+        std::process::Command::new("python3")
+            .arg(common::repo().join("tests/fixtures/redirecting_proxy.py"))
+            .arg(&registry.addr)
+            .arg(registry.dir().join("data"))
+            .arg(&auth_log)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut ports = String::new();
+    std::io::BufReader::new(proxy.0.stdout.take().unwrap())
+        .read_line(&mut ports)
+        .unwrap();
+    let (front, storage) = ports.trim().split_once(' ').unwrap();
+    let (front, storage) = (format!("127.0.0.1:{front}"), format!("127.0.0.1:{storage}"));
+    let agent = Agent::start_with(
+        &registry,
+        &[
+            "--insecure-registry",
+            &front,
+            "--insecure-registry",
+            &storage,
+        ],
+    );
+    agent.write_manifest(
+        "redirected.yaml",
+        &pod_yaml(
+            "redirected",
+            "",
+            &format!(
+                "  - name: c\n    image: {front}/test/redirected:1\n    command: [sleep, '3600']\n"
+            ),
+        ),
+    );
+    agent.wait_running("redirected");
+    // The manifest request carried the registry's token, through the
+    // front; the config and the layer came from the storage host, without.
+    let tokens = fs::read_to_string(registry.dir().join("token-requests.log")).unwrap();
+    assert!(
+        tokens.lines().any(|l| l.contains("authorization=no")
+            && l.contains("status=200 access=repository:test/redirected:pull")),
+        "{tokens}"
+    );
+    let seen = fs::read_to_string(&auth_log).unwrap();
+    let lines: Vec<&str> = seen.lines().collect();
+    assert!(lines.len() >= 2, "the storage host saw {lines:?}");
+    assert!(
+        lines.iter().all(|l| *l == "-"),
+        "credentials leaked: {seen}"
+    );
+}
+
+#[test]
+fn a_foreign_layer_comes_from_its_urls() {
+    let registry = Registry::start();
+    let work = common::TempDir::new("nanolet-foreign");
+    let tar = work.path().join("foreign.tar");
+    crafted_tar(&tar, &[Entry::File("foreign", b"from-its-url")]);
+    let layout = work.path().join("oci");
+    common::run(
+        std::process::Command::new(common::repo().join("scripts/build-image.sh"))
+            .arg(&layout)
+            .args(["--tag", "1", "--layer", tar.to_str().unwrap()]),
+    );
+    // The top layer becomes non-distributable, served from a URL of its own.
+    let port = common::free_port();
+    let blobs = layout.join("blobs/sha256");
+    let mut index: Value =
+        serde_json::from_slice(&fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let manifest_hex = index["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:")
+        .to_owned();
+    let mut manifest: Value =
+        serde_json::from_slice(&fs::read(blobs.join(&manifest_hex)).unwrap()).unwrap();
+    let layer = manifest["layers"][1]["digest"].as_str().unwrap().to_owned();
+    let layer_hex = layer.trim_start_matches("sha256:").to_owned();
+    manifest["layers"][1]["mediaType"] =
+        "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip".into();
+    manifest["layers"][1]["urls"] =
+        serde_json::json!([format!("http://127.0.0.1:{port}/sha256/{layer_hex}")]);
+    let bytes = serde_json::to_vec(&manifest).unwrap();
+    let digest = common::run(std::process::Command::new("sh").arg("-c").arg(format!(
+        "printf %s '{}' | sha256sum | cut -d' ' -f1",
+        String::from_utf8(bytes.clone()).unwrap()
+    )));
+    fs::write(blobs.join(&digest), &bytes).unwrap();
+    index["manifests"][0]["digest"] = format!("sha256:{digest}").into();
+    index["manifests"][0]["size"] = bytes.len().into();
+    fs::write(
+        layout.join("index.json"),
+        serde_json::to_vec(&index).unwrap(),
+    )
+    .unwrap();
+    common::run(
+        std::process::Command::new(common::repo().join("scripts/push-image.sh"))
+            .arg(&layout)
+            .args(["1", &registry.addr, "test/foreign:1"]),
+    );
+    assert!(
+        !registry.blob_file(&layer).exists(),
+        "the registry holds the foreign layer"
+    );
+    let log = work.path().join("server.log");
+    let _server = KillOnDrop(
+        std::process::Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+            ])
+            .arg("--directory")
+            .arg(layout.join("blobs"))
+            .stdout(std::process::Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + T;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the URL's server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let agent = Agent::start_with(
+        &registry,
+        &["--insecure-registry", &format!("127.0.0.1:{port}")],
+    );
+    agent.write_manifest(
+        "foreign.yaml",
+        &pod_yaml(
+            "foreign",
+            "",
+            &format!(
+                "  - name: c\n    image: {}/test/foreign:1\n    command: [sh, -c, 'cat /foreign; echo; sleep 3600']\n",
+                registry.addr
+            ),
+        ),
+    );
+    agent.wait_running("foreign");
+    let logs = agent.wait_for("the container's output", T, |a| {
+        let logs = a.logs("default/foreign", None);
+        (!logs.is_empty()).then_some(logs)
+    });
+    assert_eq!(logs, "from-its-url");
+    let served = fs::read_to_string(&log).unwrap();
+    assert!(
+        served.contains(&format!("GET /sha256/{layer_hex} HTTP/1.1\" 200")),
+        "{served}"
+    );
+}
+
+#[test]
+fn a_download_cut_by_an_agent_restart_resumes_where_it_stopped() {
+    let registry = Registry::start();
+    let work = common::TempDir::new("nanolet-restart-resume");
+    let tar = work.path().join("big.tar");
+    crafted_tar(&tar, &[Entry::File("big", &random_bytes(16 << 20))]);
+    registry.push("test/resumed:1", &["--layer", tar.to_str().unwrap()]);
+    // 4 MiB/s: the agent is killed about half way through the big layer.
+    let proxy = common::FlakyProxy::slow(&registry.addr, 4 << 20);
+    let mut agent = Agent::start_with(&registry, &["--insecure-registry", &proxy.addr]);
+    agent.write_manifest(
+        "resumed.yaml",
+        &pod_yaml(
+            "resumed",
+            "",
+            &format!(
+                "  - name: c\n    image: {}/test/resumed:1\n    command: [sh, -c, 'wc -c < /big; sleep 3600']\n",
+                proxy.addr
+            ),
+        ),
+    );
+    let partial = agent.state.join("images/partial");
+    agent.wait_for("half the layer", T, |_| {
+        let size = fs::read_dir(&partial)
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .max()?;
+        (size > 6 << 20).then_some(())
+    });
+    agent.kill9();
+    agent.spawn();
+    agent.wait_running("resumed");
+    agent.wait_for("the data", T, |a| {
+        (a.logs("default/resumed", None) == (16 << 20).to_string()).then_some(())
+    });
+    assert!(agent.log().contains("resumes at"), "{}", agent.log());
+    let answered = proxy.answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        answered < 20 << 20,
+        "{answered} bytes for a 17 MiB image cut half way"
+    );
+    assert!(dir_names(&partial).is_empty(), "{:?}", dir_names(&partial));
 }

@@ -421,6 +421,14 @@ impl Worker {
                     // restart; their initial delays are long past.
                     self.containers[i].probes =
                         ProbeTracker::start(&self.pod.container(i).probes, Instant::now());
+                    // Killed between `runc start` and recording it: the
+                    // container runs, its record still says it is being
+                    // created.
+                    let view = &mut self.containers[i].record.view;
+                    if view.running_since.is_none() {
+                        view.running_since = Some(Timestamp::now());
+                        view.waiting = None;
+                    }
                     adopted_running = true;
                 }
                 other => {

@@ -18,6 +18,9 @@ use super::store::ImageRecord;
 use super::{ImageError, ImageService};
 use crate::state::{self, StateError};
 
+/// How long an unfinished layer download is kept for a later attempt.
+const PARTIAL_KEEP: Duration = Duration::from_secs(3600);
+
 #[derive(Debug, Clone)]
 pub struct GcPolicy {
     /// 100 disables collection by disk usage.
@@ -150,8 +153,16 @@ impl ImageService {
             })
             .await
         };
+        let before = statfs(root.clone()).await?;
+        // An unfinished download waits for its pod's next attempt (within
+        // the 5 min pull backoff), unless the disk is needed.
+        let partial_age = if self.gc.over_high(before) {
+            Duration::ZERO
+        } else {
+            PARTIAL_KEEP
+        };
         let mut report = GcReport {
-            before: Some(statfs(root.clone()).await?),
+            before: Some(before),
             ..GcReport::default()
         };
         let now = Timestamp::now();
@@ -169,7 +180,7 @@ impl ImageService {
             .filter(|r| !expired.contains(r))
             .collect();
         // Unused for too long, and whatever no image needs any more.
-        self.delete(&expired).await?;
+        self.delete(&expired, partial_age).await?;
         report.deleted.extend(expired.iter().cloned());
         let mut usage = statfs(root.clone()).await?;
         if self.gc.over_high(usage) {
@@ -179,7 +190,8 @@ impl ImageService {
                     report.short = true;
                     break;
                 };
-                self.delete(std::slice::from_ref(reference)).await?;
+                self.delete(std::slice::from_ref(reference), partial_age)
+                    .await?;
                 report.deleted.push(reference.clone());
                 usage = statfs(root.clone()).await?;
             }
@@ -191,7 +203,7 @@ impl ImageService {
     /// Deletes images (and anything unreferenced): the records and renames
     /// in one synchronous step on the loop, so that no pull can check for a
     /// layer between the two; the removal itself off it.
-    async fn delete(&self, references: &[String]) -> Result<(), ImageError> {
+    async fn delete(&self, references: &[String], partial_age: Duration) -> Result<(), ImageError> {
         let layers_root = self.store.root().join("layers/sha256");
         let mut protected: HashSet<String> = self.in_flight.borrow().keys().cloned().collect();
         protected.extend(
@@ -201,9 +213,9 @@ impl ImageService {
                 .filter_map(|d| d.file_name())
                 .map(|hex| format!("sha256:{}", hex.to_string_lossy())),
         );
-        let moved = self
-            .store
-            .delete_images(references, &protected, self.gc.min_age)?;
+        let moved =
+            self.store
+                .delete_images(references, &protected, self.gc.min_age, partial_age)?;
         smol::unblock(move || {
             for dir in moved {
                 let removed = if dir.is_dir() {

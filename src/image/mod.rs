@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use futures_lite::{AsyncSeekExt, AsyncWriteExt};
+use futures_lite::AsyncWriteExt;
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use smol::lock::{Mutex, Semaphore};
@@ -241,12 +241,26 @@ fn verify(image: &str, desc: &Descriptor, digest: &str, size: u64) -> Result<(),
     ))
 }
 
-/// A temp file removed when dropped.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+/// The hash and length of what an interrupted download of a blob of `size`
+/// bytes left at `path`: nothing if there is none or it is longer.
+fn hash_partial(path: &std::path::Path, size: u64) -> (Sha256, u64) {
+    let mut hasher = Sha256::new();
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return (hasher, 0);
+    };
+    match file.metadata() {
+        Ok(m) if m.len() <= size => {}
+        _ => {
+            let _ = std::fs::remove_file(path);
+            return (hasher, 0);
+        }
+    }
+    match std::io::copy(&mut file, &mut hasher) {
+        Ok(len) => (hasher, len),
+        Err(_) => {
+            let _ = std::fs::remove_file(path);
+            (Sha256::new(), 0)
+        }
     }
 }
 
@@ -561,16 +575,28 @@ impl ImageService {
         Ok(record)
     }
 
+    /// Opens a blob from byte `offset` on: from the descriptor's `urls`
+    /// first (foreign layers; containerd's order), then from the registry,
+    /// which may hold them as well.
     async fn open_blob(
         &self,
         reference: &Reference,
         key: &str,
         creds: Option<&Credentials>,
-        digest: &str,
+        desc: &Descriptor,
         offset: u64,
     ) -> Result<(http::Uri, hyper::body::Incoming, bool), ImageError> {
+        for url in &desc.urls {
+            match self.registry.blob_at(url, offset).await {
+                Ok(opened) => return Ok(opened),
+                Err(e) => log::warn!(
+                    "{key}: blob {} from {url}: {e}; trying its next source",
+                    desc.digest
+                ),
+            }
+        }
         self.registry
-            .blob(reference, digest, creds, offset)
+            .blob(reference, &desc.digest, creds, offset)
             .await
             .map_err(|source| ImageError::Registry {
                 image: key.to_owned(),
@@ -592,9 +618,7 @@ impl ImageService {
                 desc.size
             )));
         }
-        let (url, body, _) = self
-            .open_blob(reference, key, creds, &desc.digest, 0)
-            .await?;
+        let (url, body, _) = self.open_blob(reference, key, creds, desc, 0).await?;
         let data = crate::http::read_body(&url, body, MAX_CONFIG)
             .await
             .map_err(|e| pull_err(e.to_string()))?;
@@ -652,10 +676,14 @@ impl ImageService {
             .store
             .layer_path(&desc.digest)
             .ok_or_else(|| pull_err(format!("bad layer digest {}", desc.digest)))?;
-        // Removed however this ends: error, success, or the pull abandoned
-        // (its pod deleted meanwhile).
-        let blob = RemoveOnDrop(self.store.temp_path("blob"));
-        self.download(reference, key, creds, desc, &blob.0, progress)
+        // Kept when the download fails on the way (the next attempt, or the
+        // next run of the agent, resumes it); removed once unpacked, or when
+        // its content is wrong.
+        let partial = self
+            .store
+            .partial_path(&desc.digest)
+            .ok_or_else(|| pull_err(format!("bad layer digest {}", desc.digest)))?;
+        self.download(reference, key, creds, desc, &partial, progress)
             .await?;
         let _slot = self.unpack_slots.acquire().await;
         // One unpack at a time: what the image's earlier layers used of its
@@ -664,11 +692,13 @@ impl ImageService {
             max_bytes: self.limits.layer.max_bytes.min(image_budget.get()),
             ..self.limits.layer
         };
-        let (blob_path, unpack_dir) = (blob.0.clone(), self.store.temp_path("layer"));
+        let (blob_path, unpack_dir) = (partial, self.store.temp_path("layer"));
         // Unpack and move into place in one blocking task, so that an
         // abandoned pull cannot leave a half-unpacked dir behind it.
         let stats = smol::unblock(move || {
             let stats = unpack::unpack(&blob_path, &unpack_dir, limits);
+            // A layer that does not unpack would not the next time either.
+            let _ = std::fs::remove_file(&blob_path);
             let stats = match stats {
                 Ok(stats) => stats,
                 Err(e) => {
@@ -709,18 +739,32 @@ impl ImageService {
     ) -> Result<(), ImageError> {
         let pull_err = |message: String| pull_error(key, message);
         let io_err = |e: std::io::Error| pull_err(format!("{}: {e}", path.display()));
+        // Where an earlier attempt, or an earlier run of the agent, stopped.
+        let (mut hasher, mut received) = {
+            let (path, size) = (path.to_owned(), desc.size);
+            smol::unblock(move || hash_partial(&path, size)).await
+        };
+        if received > 0 {
+            log::info!(
+                "{key}: blob {} resumes at {received} of {} bytes",
+                desc.digest,
+                desc.size
+            );
+            progress.advance(received);
+        }
+        // Appending: a restart from zero truncates, and writes follow.
+        let opened = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io_err)?;
         // async-fs would buffer up to 8 MiB per file on its way to the
         // disk; a small board downloading three layers cannot spare that.
-        let created = std::fs::File::create(path).map_err(io_err)?;
-        let mut file = smol::Unblock::with_capacity(WRITE_BUFFER, created);
-        let mut hasher = Sha256::new();
-        let mut received: u64 = 0;
+        let mut file = smol::Unblock::with_capacity(WRITE_BUFFER, opened);
         let mut resumes = 0;
         let backoff = |resumes: u32| RESUME_BACKOFF * 2u32.pow(resumes - 1);
-        loop {
-            let opened = self
-                .open_blob(reference, key, creds, &desc.digest, received)
-                .await;
+        while received < desc.size {
+            let opened = self.open_blob(reference, key, creds, desc, received).await;
             let (url, mut body, continues) = match opened {
                 Ok(opened) => opened,
                 // The registry unreachable or overloaded for a moment.
@@ -742,9 +786,6 @@ impl ImageService {
                 // The whole blob again: start over.
                 progress.rewind(received);
                 file.get_mut().await.set_len(0).map_err(io_err)?;
-                file.seek(std::io::SeekFrom::Start(0))
-                    .await
-                    .map_err(io_err)?;
                 hasher = Sha256::new();
                 received = 0;
             }
@@ -753,6 +794,8 @@ impl ImageService {
                     Ok(Some(chunk)) => {
                         received += chunk.len() as u64;
                         if received > desc.size {
+                            drop(file);
+                            let _ = std::fs::remove_file(path);
                             return Err(pull_err(format!(
                                 "blob {} is larger than its declared {} bytes",
                                 desc.digest, desc.size
@@ -785,7 +828,10 @@ impl ImageService {
         }
         file.flush().await.map_err(io_err)?;
         let digest = format!("sha256:{}", hex(&hasher.finalize()));
-        verify(key, desc, &digest, received)?;
+        verify(key, desc, &digest, received).inspect_err(|_| {
+            // Wrong bytes: nothing to resume from.
+            let _ = std::fs::remove_file(path);
+        })?;
         Ok(())
     }
 }

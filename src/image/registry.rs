@@ -28,6 +28,24 @@ pub enum RegistryError {
     Token { url: String, message: String },
 }
 
+/// The headers asking for a blob from byte `offset` on.
+fn range_from(offset: u64) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if offset > 0
+        && let Ok(range) = HeaderValue::from_str(&format!("bytes={offset}-"))
+    {
+        headers.insert(RANGE, range);
+    }
+    headers
+}
+
+/// (final URL, body, whether the body starts at `offset`): a server that
+/// ignores the Range sends the whole blob.
+fn opened_at(url: Uri, response: hyper::Response<Incoming>, offset: u64) -> (Uri, Incoming, bool) {
+    let resumed = offset > 0 && response.status() == StatusCode::PARTIAL_CONTENT;
+    (url, response.into_body(), resumed || offset == 0)
+}
+
 impl RegistryError {
     /// Whether trying again shortly may succeed: the connection failed, or
     /// the registry said it is overloaded or broken for now.
@@ -128,15 +146,40 @@ impl Registry {
         offset: u64,
     ) -> Result<(Uri, Incoming, bool), RegistryError> {
         let path = format!("/v2/{}/blobs/{digest}", reference.repository);
-        let mut headers = HeaderMap::new();
-        if offset > 0
-            && let Ok(range) = HeaderValue::from_str(&format!("bytes={offset}-"))
-        {
-            headers.insert(RANGE, range);
+        let (url, response) = self
+            .get(reference, &path, &range_from(offset), creds)
+            .await?;
+        Ok(opened_at(url, response, offset))
+    }
+
+    /// Opens a blob from one of its descriptor's `urls` (foreign and
+    /// non-distributable layers), as [`Registry::blob`] does, but never
+    /// with the registry's credentials: the URL may be anyone's.
+    pub async fn blob_at(
+        &self,
+        url: &str,
+        offset: u64,
+    ) -> Result<(Uri, Incoming, bool), RegistryError> {
+        let invalid = || HttpError::InvalidUrl {
+            url: url.to_owned(),
+        };
+        let uri: Uri = url.parse().map_err(|_| invalid())?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return Err(invalid().into());
         }
-        let (url, response) = self.get(reference, &path, &headers, creds).await?;
-        let resumed = offset > 0 && response.status() == StatusCode::PARTIAL_CONTENT;
-        Ok((url, response.into_body(), resumed || offset == 0))
+        let (final_url, response) = self
+            .http
+            .get(Method::GET, &uri, &range_from(offset), false)
+            .await?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(RegistryError::Status {
+                url: final_url.to_string(),
+                status,
+                detail: String::new(),
+            });
+        }
+        Ok(opened_at(final_url, response, offset))
     }
 
     /// GET `path` from the first host that answers 2xx; the last error

@@ -3,7 +3,9 @@
 //! ```text
 //! images/blobs/sha256/<hex>    manifests and configs, verified
 //! images/layers/sha256/<hex>/  one unpacked layer (by compressed digest)
-//! images/tmp/                  downloads and unpacks in progress
+//! images/partial/<hex>         layer downloads not finished, resumed from
+//!                              where they stopped, also after a restart
+//! images/tmp/                  unpacks in progress, and what GC removes
 //! images/images.json           reference → image record
 //! ```
 //!
@@ -71,7 +73,7 @@ pub fn digest_hex(digest: &str) -> Option<&str> {
 impl Store {
     /// Opens (creating) the store and clears what interrupted pulls left.
     pub fn open(root: &Path) -> Result<Store, StateError> {
-        for dir in ["blobs/sha256", "layers/sha256"] {
+        for dir in ["blobs/sha256", "layers/sha256", "partial"] {
             state::create_dir_all(&root.join(dir), 0o700)?;
         }
         state::remove_tree(&root.join("tmp"))?;
@@ -91,6 +93,11 @@ impl Store {
 
     pub fn layer_path(&self, digest: &str) -> Option<PathBuf> {
         Some(self.root.join("layers/sha256").join(digest_hex(digest)?))
+    }
+
+    /// Where a layer's download goes until it is complete and unpacked.
+    pub fn partial_path(&self, digest: &str) -> Option<PathBuf> {
+        Some(self.root.join("partial").join(digest_hex(digest)?))
     }
 
     pub fn has_layer(&self, digest: &str) -> bool {
@@ -149,12 +156,14 @@ impl Store {
     /// and configs in `protected` stay: pulls in flight and running
     /// containers use them. So do unreferenced ones younger than `min_age`
     /// unless a deleted record named them: a pull may be about to record
-    /// them. Returns what was moved.
+    /// them. Unfinished downloads go once older than `partial_age`.
+    /// Returns what was moved.
     pub fn delete_images(
         &self,
         references: &[String],
         protected: &HashSet<String>,
         min_age: Duration,
+        partial_age: Duration,
     ) -> Result<Vec<PathBuf>, StateError> {
         let mut records = self.records()?;
         let mut released: HashSet<String> = HashSet::new();
@@ -174,7 +183,11 @@ impl Store {
             .flat_map(|r| r.layers.iter().chain([&r.config_digest]))
             .collect();
         let mut moved = Vec::new();
-        for dir in ["layers/sha256", "blobs/sha256"] {
+        for (dir, keep_for) in [
+            ("layers/sha256", min_age),
+            ("blobs/sha256", min_age),
+            ("partial", partial_age),
+        ] {
             let entries =
                 std::fs::read_dir(self.root.join(dir)).map_err(|source| StateError::Io {
                     path: self.root.join(dir),
@@ -190,7 +203,7 @@ impl Store {
                     .ok()
                     .and_then(|m| m.modified().ok())
                     .and_then(|t| t.elapsed().ok())
-                    .is_none_or(|age| age < min_age);
+                    .is_none_or(|age| age < keep_for);
                 if young && !released.contains(&digest) {
                     continue;
                 }
