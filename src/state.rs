@@ -92,7 +92,10 @@ pub fn write_atomic(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    // Unique per write: two threads writing one file must not share it.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.tmp{}-{n}", std::process::id()));
     let result = (|| {
         let mut file = fs::OpenOptions::new()
             .write(true)

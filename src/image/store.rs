@@ -63,6 +63,11 @@ pub struct PullProgress {
 #[derive(Debug, Clone)]
 pub struct Store {
     root: PathBuf,
+    /// Held while `images.json` is read, changed and written back: pulls
+    /// record their images from blocking threads, the loop touches and
+    /// deletes, and two writers would lose one's change (or collide on the
+    /// temp file).
+    index: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
 pub fn digest_hex(digest: &str) -> Option<&str> {
@@ -80,6 +85,7 @@ impl Store {
         state::create_dir_all(&root.join("tmp"), 0o700)?;
         Ok(Store {
             root: root.to_owned(),
+            index: Default::default(),
         })
     }
 
@@ -139,7 +145,16 @@ impl Store {
         Ok(record.filter(|r| r.layers.iter().all(|l| self.has_layer(l))))
     }
 
+    /// The index lock. A writer that panicked left the file whole (written
+    /// aside, then renamed), so a poisoned lock is still good.
+    fn lock_index(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.index
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub fn put_record(&self, record: ImageRecord) -> Result<(), StateError> {
+        let _index = self.lock_index();
         let mut records = self.records()?;
         records.insert(record.reference.clone(), record);
         state::write_json(
@@ -165,6 +180,7 @@ impl Store {
         min_age: Duration,
         partial_age: Duration,
     ) -> Result<Vec<PathBuf>, StateError> {
+        let _index = self.lock_index();
         let mut records = self.records()?;
         let mut released: HashSet<String> = HashSet::new();
         for reference in references {
@@ -218,6 +234,7 @@ impl Store {
     }
 
     pub fn touch(&self, reference: &str) -> Result<(), StateError> {
+        let _index = self.lock_index();
         let mut records = self.records()?;
         if let Some(r) = records.get_mut(reference) {
             r.last_used = Timestamp::now();
@@ -238,5 +255,42 @@ impl Store {
             0o600,
             state::Durability::ProcessCrash,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_written_from_many_threads_at_once_are_all_kept() {
+        let dir = crate::state::TestDir::new("store");
+        let store = Store::open(&dir.0).unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for j in 0..5 {
+                        let now = Timestamp::now();
+                        store
+                            .put_record(ImageRecord {
+                                reference: format!("r{i}-{j}"),
+                                manifest_digest: String::new(),
+                                config_digest: String::new(),
+                                layers: Vec::new(),
+                                size: 0,
+                                pulled: now,
+                                last_used: now,
+                            })
+                            .unwrap();
+                        store.touch(&format!("r{i}-{j}")).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(store.records().unwrap().len(), 40);
     }
 }
