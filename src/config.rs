@@ -104,6 +104,15 @@ struct NanoletConfigurationDoc {
     #[serde(default)]
     pinned_images: Vec<String>,
     image_limits: Option<ImageLimitsDoc>,
+    layer_contents: Option<LayerContentsDoc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct LayerContentsDoc {
+    fifos: Option<String>,
+    devices: Option<String>,
+    setuid: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -183,6 +192,11 @@ pub struct Config {
     pub max_layer_size: u64,
     pub max_image_size: u64,
     pub max_layer_entries: u64,
+    /// What a layer may contain (`layerContents`): FIFOs, device nodes
+    /// (refused rather than skipped), setuid/setgid bits.
+    pub layer_fifos: bool,
+    pub layer_refuse_devices: bool,
+    pub layer_setuid: bool,
     /// Cluster mode: the API server to join (standalone without it).
     pub kubeconfig: Option<PathBuf>,
     pub node_name: String,
@@ -242,6 +256,9 @@ impl Default for Config {
             max_layer_size: 8 << 30,
             max_image_size: 16 << 30,
             max_layer_entries: 1_000_000,
+            layer_fifos: true,
+            layer_refuse_devices: false,
+            layer_setuid: true,
             kubeconfig: None,
             node_name: default_node_name(),
             node_ip: None,
@@ -538,6 +555,26 @@ impl Config {
                 config.max_layer_entries = n;
             }
         }
+        if let Some(contents) = nanolet.layer_contents {
+            let choice = |field: &str,
+                          value: Option<String>,
+                          yes: &str,
+                          no: &str,
+                          default: bool| {
+                match value.as_deref() {
+                    None => Ok(default),
+                    Some(v) if v == yes => Ok(true),
+                    Some(v) if v == no => Ok(false),
+                    Some(v) => Err(invalid(format!(
+                        "layerContents.{field}: {v:?} is not {yes} or {no}"
+                    ))),
+                }
+            };
+            config.layer_fifos = choice("fifos", contents.fifos, "allow", "refuse", true)?;
+            config.layer_refuse_devices =
+                choice("devices", contents.devices, "refuse", "skip", false)?;
+            config.layer_setuid = choice("setuid", contents.setuid, "keep", "strip", true)?;
+        }
         Ok(config)
     }
 
@@ -671,7 +708,7 @@ mod tests {
     #[test]
     fn image_gc_fields_as_upstream_validates_them() {
         let c = Config::parse(
-            "imageGCHighThresholdPercent: 70\nimageGCLowThresholdPercent: 40\nimageMinimumGCAge: 0s\nimageMaximumGCAge: 24h\n---\nkind: NanoletConfiguration\npinnedImages: [busybox]\nimageLimits: {layerSize: 1Gi, layerEntries: 10}\n",
+            "imageGCHighThresholdPercent: 70\nimageGCLowThresholdPercent: 40\nimageMinimumGCAge: 0s\nimageMaximumGCAge: 24h\n---\nkind: NanoletConfiguration\npinnedImages: [busybox]\nimageLimits: {layerSize: 1Gi, layerEntries: 10}\nlayerContents: {fifos: refuse, devices: refuse, setuid: strip}\n",
             Path::new("c"),
         )
         .unwrap();
@@ -688,6 +725,17 @@ mod tests {
         assert_eq!(
             (c.max_layer_size, c.max_image_size, c.max_layer_entries),
             (1 << 30, 16 << 30, 10)
+        );
+        assert_eq!(
+            (c.layer_fifos, c.layer_refuse_devices, c.layer_setuid),
+            (false, true, false)
+        );
+        assert!(
+            Config::parse(
+                "kind: NanoletConfiguration\nlayerContents: {devices: create}\n",
+                Path::new("c")
+            )
+            .is_err()
         );
         let d = Config::default();
         assert_eq!(

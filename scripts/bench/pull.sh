@@ -108,6 +108,13 @@ EOF
   [[ -n $line ]] || { cat "$work/agent.log" >&2; echo "pull.sh: nanolet did not pull" >&2; exit 1; }
   local hwm
   hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$agent/status")
+  # Stopped once its container runs: an agent stopped between `runc
+  # create` and `runc start` would leave a container half made for the
+  # cleanup to race with.
+  for ((i = 0; i < 200; i++)); do
+    runc --root "$work/state/runtime" list 2>/dev/null | grep -q running && break
+    sleep 0.05
+  done
   stop_agent
   python3 - "$line" "$hwm" <<'EOF'
 import re, sys

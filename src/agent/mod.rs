@@ -196,6 +196,11 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 layer: unpack::Limits {
                     max_bytes: config.max_layer_size,
                     max_entries: config.max_layer_entries,
+                    contents: unpack::Contents {
+                        fifos: config.layer_fifos,
+                        refuse_devices: config.layer_refuse_devices,
+                        setuid: config.layer_setuid,
+                    },
                 },
                 image_bytes: config.max_image_size,
             },

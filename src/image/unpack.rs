@@ -34,11 +34,12 @@ pub enum UnpackError {
     Tar(io::Error),
 }
 
-/// Limits against decompression bombs.
+/// Limits against decompression bombs, and what a layer may contain.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_bytes: u64,
     pub max_entries: u64,
+    pub contents: Contents,
 }
 
 impl Default for Limits {
@@ -46,6 +47,29 @@ impl Default for Limits {
         Limits {
             max_bytes: 16 << 30,
             max_entries: 1_000_000,
+            contents: Contents::default(),
+        }
+    }
+}
+
+/// Entries beyond files, directories and links. By default a layer gets
+/// what a rootless runtime could make (FIFOs; device nodes are skipped)
+/// and keeps setuid/setgid bits, which a container running with
+/// `allowPrivilegeEscalation: false` cannot use anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contents {
+    pub fifos: bool,
+    /// Fail the layer on a device node instead of skipping it.
+    pub refuse_devices: bool,
+    pub setuid: bool,
+}
+
+impl Default for Contents {
+    fn default() -> Self {
+        Contents {
+            fifos: true,
+            refuse_devices: false,
+            setuid: true,
         }
     }
 }
@@ -127,12 +151,15 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
         }
 
         let header = entry.header();
-        let mode = header.mode().unwrap_or(0o644) & 0o7777;
+        let mut mode = header.mode().unwrap_or(0o644) & 0o7777;
+        if !limits.contents.setuid && kind_is_file(header.entry_type()) {
+            mode &= !0o6000;
+        }
         let uid = header.uid().unwrap_or(0);
         let gid = header.gid().unwrap_or(0);
         let kind = header.entry_type();
         let size = header.size().unwrap_or(0);
-        if kind.is_file() || kind == tar::EntryType::Continuous {
+        if kind_is_file(kind) {
             stats.bytes += size;
             if stats.bytes > limits.max_bytes {
                 return Err(UnpackError::TooLarge {
@@ -192,6 +219,9 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
             remove_existing(&target)?;
             fs::hard_link(&source, &target).map_err(io_at(&target))?;
         } else if kind == tar::EntryType::Fifo {
+            if !limits.contents.fifos {
+                return Err(hostile(&display, "a FIFO (refused by layerContents.fifos)"));
+            }
             remove_existing(&target)?;
             mkfifo(&target, Mode::from_bits_truncate(mode)).map_err(|e| UnpackError::Io {
                 path: target.clone(),
@@ -199,6 +229,12 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
             })?;
             chown(&target, uid, gid)?;
         } else if kind == tar::EntryType::Char || kind == tar::EntryType::Block {
+            if limits.contents.refuse_devices {
+                return Err(hostile(
+                    &display,
+                    "a device node (refused by layerContents.devices)",
+                ));
+            }
             // Runtimes provide /dev; a device node in an image is a way out
             // of the container, so it is not created.
             stats.skipped_devices += 1;
@@ -220,6 +256,10 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
         fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).map_err(io_at(&dir))?;
     }
     Ok(stats)
+}
+
+fn kind_is_file(kind: tar::EntryType) -> bool {
+    kind.is_file() || kind == tar::EntryType::Continuous
 }
 
 fn hostile(entry: &str, reason: &'static str) -> UnpackError {
@@ -332,6 +372,8 @@ mod tests {
         Symlink(&'a str, &'a str),
         Hardlink(&'a str, &'a str),
         Char(&'a str),
+        Fifo(&'a str),
+        Setuid(&'a str),
     }
 
     /// Writes a tar by hand so that hostile names reach the unpacker
@@ -346,15 +388,17 @@ mod tests {
                 E::Symlink(n, t) => (n, tar::EntryType::Symlink, b"", t),
                 E::Hardlink(n, t) => (n, tar::EntryType::Link, b"", t),
                 E::Char(n) => (n, tar::EntryType::Char, b"", ""),
+                E::Fifo(n) => (n, tar::EntryType::Fifo, b"", ""),
+                E::Setuid(n) => (n, tar::EntryType::Regular, b"", ""),
             };
             h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
             h.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
             h.set_entry_type(kind);
             h.set_size(body.len() as u64);
-            h.set_mode(if kind == tar::EntryType::Directory {
-                0o755
-            } else {
-                0o644
+            h.set_mode(match e {
+                E::Dir(_) => 0o755,
+                E::Setuid(_) => 0o4755,
+                _ => 0o644,
             });
             h.set_uid(0);
             h.set_gid(0);
@@ -464,6 +508,7 @@ mod tests {
         let small = Limits {
             max_bytes: 1000,
             max_entries: 10,
+            ..Limits::default()
         };
         assert!(matches!(
             unpack(&blob, &t.0.join("o1"), small),
@@ -472,10 +517,61 @@ mod tests {
         let few = Limits {
             max_bytes: 1 << 20,
             max_entries: 1,
+            ..Limits::default()
         };
         assert!(matches!(
             unpack(&blob, &t.0.join("o2"), few),
             Err(UnpackError::TooManyEntries { .. })
         ));
+    }
+
+    #[test]
+    fn layer_contents_policy() {
+        let t = temp();
+        let blob = layer(
+            &t.0,
+            &[E::Fifo("pipe"), E::Setuid("bin/su"), E::Char("dev/mem")],
+        );
+        let stats = unpack(&blob, &t.0.join("default"), Limits::default()).unwrap();
+        assert_eq!(stats.skipped_devices, 1);
+        let mode = |p: &str| {
+            use std::os::unix::fs::MetadataExt;
+            fs::symlink_metadata(t.0.join(p)).unwrap().mode()
+        };
+        assert_eq!(mode("default/pipe") & libc::S_IFMT, libc::S_IFIFO);
+        assert_eq!(mode("default/bin/su") & 0o7777, 0o4755);
+        assert!(!t.0.join("default/dev/mem").exists());
+
+        let strict = |contents: Contents| Limits {
+            contents,
+            ..Limits::default()
+        };
+        let stripped = Contents {
+            setuid: false,
+            ..Contents::default()
+        };
+        unpack(&blob, &t.0.join("stripped"), strict(stripped)).unwrap();
+        assert_eq!(mode("stripped/bin/su") & 0o7777, 0o755);
+        for (name, contents, reason) in [
+            (
+                "no-fifos",
+                Contents {
+                    fifos: false,
+                    ..Contents::default()
+                },
+                "FIFO",
+            ),
+            (
+                "no-devices",
+                Contents {
+                    refuse_devices: true,
+                    ..Contents::default()
+                },
+                "device node",
+            ),
+        ] {
+            let err = unpack(&blob, &t.0.join(name), strict(contents)).unwrap_err();
+            assert!(err.to_string().contains(reason), "{name}: {err}");
+        }
     }
 }

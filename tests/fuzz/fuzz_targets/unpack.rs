@@ -32,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_bytes: 4 << 20,
         max_entries: 10_000,
+        ..Limits::default()
     };
     let _ = unpack(&blob, &dest, limits);
     let mut names: Vec<String> = fs::read_dir(dir)
