@@ -241,6 +241,25 @@ fn verify(image: &str, desc: &Descriptor, digest: &str, size: u64) -> Result<(),
     ))
 }
 
+/// A blob's file, hashed as it is written: on the writer's thread, not
+/// the loop (hashing megabytes a second is the largest work of a pull).
+struct HashingFile {
+    file: std::fs::File,
+    hasher: Sha256,
+}
+
+impl std::io::Write for HashingFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
 /// The hash and length of what an interrupted download of a blob of `size`
 /// bytes left at `path`: nothing if there is none or it is longer.
 fn hash_partial(path: &std::path::Path, size: u64) -> (Sha256, u64) {
@@ -740,7 +759,7 @@ impl ImageService {
         let pull_err = |message: String| pull_error(key, message);
         let io_err = |e: std::io::Error| pull_err(format!("{}: {e}", path.display()));
         // Where an earlier attempt, or an earlier run of the agent, stopped.
-        let (mut hasher, mut received) = {
+        let (hasher, mut received) = {
             let (path, size) = (path.to_owned(), desc.size);
             smol::unblock(move || hash_partial(&path, size)).await
         };
@@ -760,7 +779,13 @@ impl ImageService {
             .map_err(io_err)?;
         // async-fs would buffer up to 8 MiB per file on its way to the
         // disk; a small board downloading three layers cannot spare that.
-        let mut file = smol::Unblock::with_capacity(WRITE_BUFFER, opened);
+        let mut file = smol::Unblock::with_capacity(
+            WRITE_BUFFER,
+            HashingFile {
+                file: opened,
+                hasher,
+            },
+        );
         let mut resumes = 0;
         let backoff = |resumes: u32| RESUME_BACKOFF * 2u32.pow(resumes - 1);
         while received < desc.size {
@@ -785,8 +810,9 @@ impl ImageService {
             if !continues {
                 // The whole blob again: start over.
                 progress.rewind(received);
-                file.get_mut().await.set_len(0).map_err(io_err)?;
-                hasher = Sha256::new();
+                let blob = file.get_mut().await;
+                blob.file.set_len(0).map_err(io_err)?;
+                blob.hasher = Sha256::new();
                 received = 0;
             }
             let broke = loop {
@@ -801,7 +827,6 @@ impl ImageService {
                                 desc.digest, desc.size
                             )));
                         }
-                        hasher.update(&chunk);
                         file.write_all(&chunk).await.map_err(io_err)?;
                         progress.advance(chunk.len() as u64);
                     }
@@ -827,6 +852,7 @@ impl ImageService {
             }
         }
         file.flush().await.map_err(io_err)?;
+        let hasher = std::mem::take(&mut file.get_mut().await.hasher);
         let digest = format!("sha256:{}", hex(&hasher.finalize()));
         verify(key, desc, &digest, received).inspect_err(|_| {
             // Wrong bytes: nothing to resume from.
