@@ -68,6 +68,17 @@ fn pod_qos_and_container_cgroups_carry_upstream_values() {
     assert_eq!(read(&container, "cpu.weight"), "10");
     assert_eq!(read(&container, "cpu.max"), "50000 100000");
     assert_eq!(read(&container, "memory.max"), (128u64 << 20).to_string());
+    // What /metrics/resource reads of it.
+    let relative = container.strip_prefix("/sys/fs/cgroup").unwrap();
+    let usage = nanolet::cgroup::usage::read(
+        nanolet::cgroup::Version::V2,
+        &format!("/{}", relative.display()),
+    )
+    .expect("the container's usage");
+    assert!(
+        usage.memory_bytes > 0 && usage.working_set_bytes <= usage.memory_bytes,
+        "{usage:?}"
+    );
     let burstable = root.join("kubepods/burstable");
     assert_eq!(read(&burstable, "cpu.weight"), "10");
     assert_eq!(read(&root.join("kubepods/besteffort"), "cpu.weight"), "1");

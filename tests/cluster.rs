@@ -900,3 +900,91 @@ fn base64_encode(text: &str) -> String {
         .unwrap();
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// One sample of a series in Prometheus text: the value of the line that
+/// starts with `series` (name and labels as written).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn resource_metrics_show_a_busy_pod_busy_and_an_idle_one_idle() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-6", &[]);
+    // Half a core at most: the other tests share these 2 cores.
+    let busy = pod_manifest("busy", &image, "", "while :; do :; done")
+        + "    resources: {limits: {cpu: 500m}}\n";
+    let manifests = format!(
+        "{busy}---\n{}",
+        pod_manifest("idle", &image, "", "exec sleep 3600")
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifests));
+    wait(&agent, "both pods running", T, || {
+        (running(&api, "busy") && running(&api, "idle")).then_some(())
+    });
+    // Through the API server's node proxy, as metrics-server reads it.
+    let scrape = || {
+        api.kubectl_ok(
+            &[
+                "get",
+                "--raw",
+                "/api/v1/nodes/edge-6/proxy/metrics/resource",
+            ],
+            None,
+        )
+    };
+    let container =
+        |pod: &str| format!("{{container=\"main\",namespace=\"default\",pod=\"{pod}\"}}");
+    let text = wait(&agent, "a second of CPU for the busy pod", T, || {
+        let text = scrape();
+        let busy = sample(
+            &text,
+            &format!("container_cpu_usage_seconds_total{}", container("busy")),
+        )?;
+        (busy > 1.0).then_some(text)
+    });
+    let idle_cpu = sample(
+        &text,
+        &format!("container_cpu_usage_seconds_total{}", container("idle")),
+    )
+    .unwrap();
+    assert!(idle_cpu < 0.5, "the idle pod used {idle_cpu} s\n{text}");
+    for series in [
+        format!("container_memory_working_set_bytes{}", container("busy")),
+        format!("container_start_time_seconds{}", container("idle")),
+        "pod_cpu_usage_seconds_total{namespace=\"default\",pod=\"busy\"}".to_owned(),
+        "pod_memory_working_set_bytes{namespace=\"default\",pod=\"idle\"}".to_owned(),
+        "node_cpu_usage_seconds_total".to_owned(),
+        "node_memory_working_set_bytes".to_owned(),
+    ] {
+        let value = sample(&text, &series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
+        assert!(value > 0.0, "{series} = {value}");
+    }
+    assert_eq!(sample(&text, "scrape_error"), Some(0.0), "{text}");
+    // The pod's counter covers its container's.
+    let pod_cpu = sample(
+        &text,
+        "pod_cpu_usage_seconds_total{namespace=\"default\",pod=\"busy\"}",
+    )
+    .unwrap();
+    let busy_cpu = sample(
+        &text,
+        &format!("container_cpu_usage_seconds_total{}", container("busy")),
+    )
+    .unwrap();
+    assert!(pod_cpu >= busy_cpu, "pod {pod_cpu} < container {busy_cpu}");
+    // Every sample line is `name{labels} value timestamp_ms`.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let fields: Vec<&str> = line.rsplitn(3, ' ').collect();
+        assert!(fields.len() >= 2, "{line}");
+        assert!(
+            fields[1].parse::<f64>().is_ok() || fields[0].parse::<f64>().is_ok(),
+            "{line}"
+        );
+    }
+}

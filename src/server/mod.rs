@@ -1,5 +1,6 @@
-//! The kubelet API on HTTPS (default :10250): `/healthz`, `/pods` and
-//! `/containerLogs`, as the API server calls them for `kubectl logs`.
+//! The kubelet API on HTTPS (default :10250): `/healthz`, `/pods`,
+//! `/containerLogs` (as the API server calls it for `kubectl logs`) and
+//! `/metrics/resource` (what metrics-server scrapes).
 //! Clients authenticate with a certificate the configured client CA
 //! signed; anything else gets 401. (Authorization by
 //! SubjectAccessReview is not done yet: an authenticated client may read.)
@@ -256,6 +257,7 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>, authenticated: bool) 
     match (req.method(), segments.as_slice()) {
         (&Method::GET, ["healthz"]) => text(StatusCode::OK, "ok"),
         (&Method::GET, ["pods"]) => pods(ctx).await,
+        (&Method::GET, ["metrics", "resource"]) => resource_metrics(ctx).await,
         (&Method::GET, ["containerLogs", namespace, pod, container]) => {
             let query = query_pairs(&req);
             container_logs(ctx, namespace, pod, container, &query).await
@@ -282,6 +284,20 @@ async fn pods(ctx: &Context) -> Response<Body> {
     })
     .await;
     full(StatusCode::OK, "application/json", list.to_string())
+}
+
+/// `/metrics/resource`: read from the files now, off the loop.
+async fn resource_metrics(ctx: &Context) -> Response<Body> {
+    let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
+    let text = smol::unblock(move || {
+        crate::stats::resource_metrics(&crate::stats::collect(&layout, &cgroups))
+    })
+    .await;
+    full(
+        StatusCode::OK,
+        "text/plain; version=0.0.4; charset=utf-8",
+        text,
+    )
 }
 
 /// Chunks for a streamed body, from a log reader on a blocking thread. A
