@@ -978,6 +978,62 @@ fn resource_metrics_show_a_busy_pod_busy_and_an_idle_one_idle() {
     )
     .unwrap();
     assert!(pod_cpu >= busy_cpu, "pod {pod_cpu} < container {busy_cpu}");
+
+    // The Summary API: a first request primes the CPU rates, the second
+    // reports them over the two seconds between.
+    let summary = || -> Value {
+        serde_json::from_str(&api.kubectl_ok(
+            &["get", "--raw", "/api/v1/nodes/edge-6/proxy/stats/summary"],
+            None,
+        ))
+        .unwrap()
+    };
+    summary();
+    std::thread::sleep(Duration::from_secs(2));
+    let s = summary();
+    let node = &s["node"];
+    assert_eq!(node["nodeName"], "edge-6");
+    for field in [
+        &node["cpu"]["usageCoreNanoSeconds"],
+        &node["cpu"]["usageNanoCores"],
+        &node["memory"]["workingSetBytes"],
+        &node["memory"]["availableBytes"],
+        &node["fs"]["capacityBytes"],
+        &node["runtime"]["imageFs"]["usedBytes"],
+        &node["rlimit"]["curproc"],
+    ] {
+        assert!(field.as_u64().is_some_and(|v| v > 0), "{field} in {node:#}");
+    }
+    let pod = |name: &str| {
+        s["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["podRef"]["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no pod {name} in {s:#}"))
+    };
+    let (busy, idle) = (pod("busy"), pod("idle"));
+    // Half a core of limit: the busy loop gets up to 5·10⁸ nanocores.
+    let busy_rate = busy["cpu"]["usageNanoCores"].as_u64().unwrap();
+    assert!((100_000_000..800_000_000).contains(&busy_rate), "{busy:#}");
+    let container_rate = busy["containers"][0]["cpu"]["usageNanoCores"]
+        .as_u64()
+        .unwrap();
+    assert!(container_rate > 50_000_000, "{busy:#}");
+    let idle_rate = idle["cpu"]["usageNanoCores"].as_u64().unwrap();
+    assert!(idle_rate < 50_000_000, "{idle:#}");
+    assert!(
+        idle["memory"]["workingSetBytes"].as_u64().unwrap() > 0,
+        "{idle:#}"
+    );
+    assert!(
+        idle["process_stats"]["process_count"].as_u64().unwrap() >= 1,
+        "{idle:#}"
+    );
+    assert_eq!(idle["containers"][0]["name"], "main");
+    assert!(idle["startTime"].is_string(), "{idle:#}");
+
     // Every sample line is `name{labels} value timestamp_ms`.
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let fields: Vec<&str> = line.rsplitn(3, ' ').collect();

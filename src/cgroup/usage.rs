@@ -17,6 +17,8 @@ pub struct Usage {
     pub working_set_bytes: u64,
     /// Anonymous memory (and swap cache): the `rss` of the Summary API.
     pub rss_bytes: u64,
+    /// Tasks in the cgroup, from the pids controller.
+    pub processes: Option<u64>,
 }
 
 /// `key value` lines, as `cpu.stat` and `memory.stat` are.
@@ -50,12 +52,15 @@ pub fn read(version: Version, cgroup_path: &str) -> Option<Usage> {
             let cpu = read_pairs(&dir.join("cpu.stat"))?;
             let memory = read_u64(&dir.join("memory.current"))?;
             let stat = read_pairs(&dir.join("memory.stat")).unwrap_or_default();
-            Some(usage(
-                cpu.get("usage_usec").copied().unwrap_or(0) * 1000,
-                memory,
-                stat.get("inactive_file").copied().unwrap_or(0),
-                stat.get("anon").copied().unwrap_or(0),
-            ))
+            Some(Usage {
+                processes: read_u64(&dir.join("pids.current")),
+                ..usage(
+                    cpu.get("usage_usec").copied().unwrap_or(0) * 1000,
+                    memory,
+                    stat.get("inactive_file").copied().unwrap_or(0),
+                    stat.get("anon").copied().unwrap_or(0),
+                )
+            })
         }
         Version::V1 | Version::Hybrid => {
             let cpu = read_u64(&v1_dir("cpuacct", relative).join("cpuacct.usage"))?;
@@ -63,12 +68,15 @@ pub fn read(version: Version, cgroup_path: &str) -> Option<Usage> {
             let memory = read_u64(&memory_dir.join("memory.usage_in_bytes"))?;
             let stat = read_pairs(&memory_dir.join("memory.stat")).unwrap_or_default();
             let get = |k: &str| stat.get(k).copied().unwrap_or(0);
-            Some(usage(
-                cpu,
-                memory,
-                get("total_inactive_file"),
-                get("total_rss") + get("total_swap_cached"),
-            ))
+            Some(Usage {
+                processes: read_u64(&v1_dir("pids", relative).join("pids.current")),
+                ..usage(
+                    cpu,
+                    memory,
+                    get("total_inactive_file"),
+                    get("total_rss") + get("total_swap_cached"),
+                )
+            })
         }
     }
 }
@@ -79,6 +87,7 @@ fn usage(cpu_ns: u64, memory_bytes: u64, inactive_file: u64, rss_bytes: u64) -> 
         memory_bytes,
         working_set_bytes: memory_bytes.saturating_sub(inactive_file),
         rss_bytes,
+        processes: None,
     }
 }
 

@@ -1,6 +1,6 @@
 //! The kubelet API on HTTPS (default :10250): `/healthz`, `/pods`,
-//! `/containerLogs` (as the API server calls it for `kubectl logs`) and
-//! `/metrics/resource` (what metrics-server scrapes).
+//! `/containerLogs` (as the API server calls it for `kubectl logs`),
+//! `/metrics/resource` and `/stats/summary` (what metrics-server scrapes).
 //! Clients authenticate with a certificate the configured client CA
 //! signed; anything else gets 401. (Authorization by
 //! SubjectAccessReview is not done yet: an authenticated client may read.)
@@ -258,6 +258,12 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>, authenticated: bool) 
         (&Method::GET, ["healthz"]) => text(StatusCode::OK, "ok"),
         (&Method::GET, ["pods"]) => pods(ctx).await,
         (&Method::GET, ["metrics", "resource"]) => resource_metrics(ctx).await,
+        (&Method::GET, ["stats", "summary"]) => {
+            let only = query_pairs(&req)
+                .iter()
+                .any(|(k, v)| k == "only_cpu_and_memory" && v == "true");
+            stats_summary(ctx, only).await
+        }
         (&Method::GET, ["containerLogs", namespace, pod, container]) => {
             let query = query_pairs(&req);
             container_logs(ctx, namespace, pod, container, &query).await
@@ -298,6 +304,32 @@ async fn resource_metrics(ctx: &Context) -> Response<Body> {
         "text/plain; version=0.0.4; charset=utf-8",
         text,
     )
+}
+
+/// `/stats/summary`: read from the files now, off the loop.
+async fn stats_summary(ctx: &Context, only_cpu_and_memory: bool) -> Response<Body> {
+    let image_bytes = ctx
+        .images
+        .records()
+        .map(|r| r.values().map(|i| i.size).sum())
+        .unwrap_or(0);
+    let node = crate::stats::summary::NodeInfo {
+        name: ctx.config.node_name.clone(),
+        state_dir: ctx.layout.root.clone(),
+        images_dir: ctx.layout.images(),
+        image_bytes,
+        runtime_root: ctx.layout.runtime_root(),
+    };
+    let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
+    let summary = smol::unblock(move || {
+        let mut summary = crate::stats::summary::summary(&layout, &cgroups, &node);
+        if only_cpu_and_memory {
+            crate::stats::summary::only_cpu_and_memory(&mut summary);
+        }
+        summary
+    })
+    .await;
+    full(StatusCode::OK, "application/json", summary.to_string())
 }
 
 /// Chunks for a streamed body, from a log reader on a blocking thread. A

@@ -12,9 +12,13 @@ use crate::cgroup::usage::{self, Usage};
 use crate::pod::QosClass;
 use crate::state::Layout;
 
+pub mod summary;
+
 #[derive(Debug, Clone)]
 pub struct ContainerStats {
     pub name: String,
+    /// The runtime's container ID.
+    pub id: String,
     pub started: Option<Timestamp>,
     pub usage: Usage,
 }
@@ -24,6 +28,7 @@ pub struct PodStats {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    pub started: Option<Timestamp>,
     /// The pod cgroup's usage: its containers and what the pod runs besides.
     pub usage: Option<Usage>,
     pub containers: Vec<ContainerStats>,
@@ -68,6 +73,7 @@ pub fn collect(layout: &Layout, cgroups: &Hierarchy) -> Snapshot {
             if let Some(usage) = usage::read(cgroups.version, &path) {
                 containers.push(ContainerStats {
                     name: c.name.clone(),
+                    id: id.to_owned(),
                     started: running.started_at.as_ref().map(|t| t.0),
                     usage,
                 });
@@ -78,6 +84,7 @@ pub fn collect(layout: &Layout, cgroups: &Hierarchy) -> Snapshot {
         }
         pods.push(PodStats {
             usage: usage::read(cgroups.version, &cgroups.pod_path(qos, &record.uid)),
+            started: status.start_time.as_ref().map(|t| t.0),
             namespace: record.namespace,
             name: record.name,
             uid: record.uid,
@@ -216,6 +223,7 @@ mod tests {
             memory_bytes: 4096,
             working_set_bytes: 2048,
             rss_bytes: 1024,
+            processes: Some(1),
         };
         let snapshot = Snapshot {
             at: Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
@@ -224,9 +232,11 @@ mod tests {
                 namespace: "default".into(),
                 name: "web".into(),
                 uid: "u".into(),
+                started: None,
                 usage: Some(usage),
                 containers: vec![ContainerStats {
                     name: "main".into(),
+                    id: "c".into(),
                     started: Some(Timestamp::from_second(1_699_999_000).unwrap()),
                     usage,
                 }],
