@@ -53,6 +53,8 @@ struct KubeletConfigurationDoc {
     node_lease_duration_seconds: Option<i32>,
     port: Option<u16>,
     address: Option<std::net::IpAddr>,
+    healthz_port: Option<u16>,
+    healthz_bind_address: Option<std::net::IpAddr>,
     tls_cert_file: Option<PathBuf>,
     tls_private_key_file: Option<PathBuf>,
     authentication: Option<AuthenticationDoc>,
@@ -216,6 +218,9 @@ pub struct Config {
     /// The kubelet API's address and port.
     pub address: std::net::IpAddr,
     pub port: u16,
+    /// Plain-HTTP `/healthz` (0: none), on `healthz_bind_address`.
+    pub healthz_port: u16,
+    pub healthz_bind_address: std::net::IpAddr,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub client_ca_file: Option<PathBuf>,
@@ -273,6 +278,8 @@ impl Default for Config {
             node_lease_duration: Duration::from_secs(40),
             address: std::net::IpAddr::from([0, 0, 0, 0]),
             port: 10250,
+            healthz_port: 10248,
+            healthz_bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
@@ -501,6 +508,12 @@ impl Config {
         if let Some(address) = kubelet.address {
             config.address = address;
         }
+        if let Some(port) = kubelet.healthz_port {
+            config.healthz_port = port;
+        }
+        if let Some(address) = kubelet.healthz_bind_address {
+            config.healthz_bind_address = address;
+        }
         config.tls_cert_file = kubelet.tls_cert_file;
         config.tls_private_key_file = kubelet.tls_private_key_file;
         config.client_ca_file = kubelet
@@ -611,6 +624,18 @@ impl Config {
                     ConfigError::Flag(format!("--address: {value:?} is not an IP address"))
                 })?
             }
+            "healthz-port" => {
+                self.healthz_port = value.parse().map_err(|_| {
+                    ConfigError::Flag(format!("--healthz-port: {value:?} is not a port"))
+                })?
+            }
+            "healthz-bind-address" => {
+                self.healthz_bind_address = value.parse().map_err(|_| {
+                    ConfigError::Flag(format!(
+                        "--healthz-bind-address: {value:?} is not an IP address"
+                    ))
+                })?
+            }
             "client-ca-file" => self.client_ca_file = Some(value.into()),
             "cluster-dns" => {
                 self.cluster_dns = value
@@ -663,7 +688,7 @@ mod tests {
 
     #[test]
     fn both_documents() {
-        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /m\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\nclusterDNS: [10.96.0.10]\nclusterDomain: edge.local.\n---\nkind: NanoletConfiguration\nstateDir: /s\nruntime: {name: crun}\ninsecureRegistries: [\"127.0.0.1:5000\"]\n";
+        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /m\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\nclusterDNS: [10.96.0.10]\nclusterDomain: edge.local.\nhealthzPort: 0\n---\nkind: NanoletConfiguration\nstateDir: /s\nruntime: {name: crun}\ninsecureRegistries: [\"127.0.0.1:5000\"]\n";
         let c = Config::parse(text, Path::new("c.yaml")).unwrap();
         assert_eq!(c.static_pod_path, Some(PathBuf::from("/m")));
         assert_eq!(c.container_log_max_size, 1 << 20);
@@ -677,6 +702,8 @@ mod tests {
             vec!["10.96.0.10".parse::<std::net::IpAddr>().unwrap()]
         );
         assert_eq!(c.cluster_domain, "edge.local");
+        assert_eq!(c.healthz_port, 0);
+        assert_eq!(Config::default().healthz_port, 10248);
     }
 
     #[test]

@@ -2643,3 +2643,24 @@ fn a_download_cut_by_an_agent_restart_resumes_where_it_stopped() {
     );
     assert!(dir_names(&partial).is_empty(), "{:?}", dir_names(&partial));
 }
+
+#[test]
+fn healthz_answers_on_its_own_plain_port() {
+    let registry = Registry::start();
+    let port = common::free_port().to_string();
+    let agent = Agent::start_with(&registry, &["--healthz-port", &port]);
+    let get = |path: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-w", " %{http_code}"])
+            .arg(format!("http://127.0.0.1:{port}{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let answer = agent.wait_for("healthz", T, |_| {
+        let a = get("/healthz");
+        a.ends_with("200").then_some(a)
+    });
+    assert_eq!(answer, "ok\n 200");
+    assert!(get("/pods").ends_with("404"), "{}", get("/pods"));
+}

@@ -234,6 +234,15 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     crate::rt::spawn(async move { retry_ctx.cni.retry_parked().await }).detach();
     crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();
     crate::rt::spawn(collect_images(ctx.clone())).detach();
+    if ctx.config.healthz_port != 0 {
+        let addr =
+            std::net::SocketAddr::new(ctx.config.healthz_bind_address, ctx.config.healthz_port);
+        // As upstream: a taken port costs the health endpoint, not the pods.
+        match crate::server::bind_healthz(addr) {
+            Ok(healthz) => crate::rt::spawn(healthz).detach(),
+            Err(e) => log::error!("healthz: {e}"),
+        }
+    }
 
     let (done_tx, done_rx) = smol::channel::unbounded::<String>();
     let mut workers: HashMap<String, WorkerHandle> = HashMap::new();

@@ -208,6 +208,37 @@ pub fn bind(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, ServerError> {
     })
 }
 
+/// The plain-HTTP `/healthz` (upstream's healthzPort, 10248 on
+/// 127.0.0.1): what a local supervisor or liveness check asks, in
+/// standalone mode too. An answer means the loop runs.
+pub fn bind_healthz(addr: SocketAddr) -> Result<impl Future<Output = ()>, ServerError> {
+    let listener = TcpListener::bind(addr)
+        .and_then(Async::new)
+        .map_err(|source| ServerError::Listen { addr, source })?;
+    log::info!("healthz listening on http://{addr}/healthz");
+    Ok(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                smol::Timer::after(Duration::from_millis(200)).await;
+                continue;
+            };
+            crate::rt::spawn(async move {
+                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    Ok::<_, Infallible>(match (req.method(), req.uri().path()) {
+                        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
+                        (&Method::GET, _) => text(StatusCode::NOT_FOUND, "404 page not found"),
+                        _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+                    })
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(crate::http::io::HyperIo(stream), service)
+                    .await;
+            })
+            .detach();
+        }
+    })
+}
+
 fn query_pairs(req: &Request<Incoming>) -> Vec<(String, String)> {
     req.uri()
         .query()

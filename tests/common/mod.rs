@@ -307,6 +307,8 @@ impl Agent {
             // The host's CNI configuration is never the test's.
             .arg("--cni-conf-dir")
             .arg(self.dir.path().join("cni"))
+            // Not upstream's 10248: agents run side by side here.
+            .args(["--healthz-port", "0"])
             .args(&self.extra_args)
             .env("RUST_LOG", "debug")
             .stdin(Stdio::null())
