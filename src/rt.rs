@@ -78,7 +78,9 @@ pub async fn with_lag_probe<T>(work: impl Future<Output = T>, period: Duration) 
         loop {
             let asked = Instant::now();
             smol::Timer::after(period).await;
-            worst.set(worst.get().max(asked.elapsed().saturating_sub(period)));
+            let lag = asked.elapsed().saturating_sub(period);
+            crate::stats::own::observe_loop_lag(lag);
+            worst.set(worst.get().max(lag));
         }
     };
     let mut work = std::pin::pin!(work);
@@ -95,13 +97,14 @@ pub async fn with_lag_probe<T>(work: impl Future<Output = T>, period: Duration) 
 }
 
 /// Samples how late a timer fires: the loop's lag. Cheap enough to run every
-/// few seconds; a lag worth a user's attention is logged (exporting it as a
-/// metric comes with the kubelet API).
+/// few seconds; every sample goes to the kubelet API's `/metrics`, and a lag
+/// worth a user's attention to the log too.
 pub async fn measure_lag(period: Duration) {
     loop {
         let asked = Instant::now();
         smol::Timer::after(period).await;
         let lag = asked.elapsed().saturating_sub(period);
+        crate::stats::own::observe_loop_lag(lag);
         if lag > Duration::from_millis(50) {
             log::warn!("event loop lagged {lag:?}");
         }

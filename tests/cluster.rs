@@ -1034,6 +1034,21 @@ fn resource_metrics_show_a_busy_pod_busy_and_an_idle_one_idle() {
     assert_eq!(idle["containers"][0]["name"], "main");
     assert!(idle["startTime"].is_string(), "{idle:#}");
 
+    // nanolet's own metrics: the image pull counted, and the loop's lag
+    // sampled during it.
+    let own = api.kubectl_ok(
+        &["get", "--raw", "/api/v1/nodes/edge-6/proxy/metrics"],
+        None,
+    );
+    let pulls = sample(&own, "nanolet_image_pulls_total{result=\"success\"}");
+    assert!(pulls.is_some_and(|n| n >= 1.0), "{own}");
+    let lag_samples = sample(&own, "nanolet_event_loop_lag_seconds_count");
+    assert!(lag_samples.is_some_and(|n| n >= 1.0), "{own}");
+    assert!(
+        own.contains("# TYPE nanolet_event_loop_lag_seconds histogram"),
+        "{own}"
+    );
+
     // Every sample line is `name{labels} value timestamp_ms`.
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let fields: Vec<&str> = line.rsplitn(3, ' ').collect();

@@ -534,6 +534,7 @@ async fn collect_images(ctx: Rc<Context>) {
         let in_use = smol::unblock(move || checkpoint::images_in_use(&pods)).await;
         match ctx.images.collect_garbage(&in_use).await {
             Ok(report) => {
+                crate::stats::own::image_gc_ran(report.deleted.len());
                 let percent = |u: Option<crate::image::gc::DiskUsage>| u.map(|u| u.percent());
                 if !report.deleted.is_empty() {
                     log::info!(

@@ -399,6 +399,7 @@ impl ImageService {
                     let (pulled, lag) =
                         crate::rt::with_lag_probe(self.pull(&reference, &key, creds), LAG_PROBE)
                             .await;
+                    crate::stats::own::pull_finished(pulled.is_ok());
                     pulled.inspect(|record| {
                         log::info!(
                             "pulled {key} ({} bytes) in {:?}; event loop lag at most {:?}",

@@ -289,6 +289,11 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>, authenticated: bool) 
         (&Method::GET, ["healthz"]) => text(StatusCode::OK, "ok"),
         (&Method::GET, ["pods"]) => pods(ctx).await,
         (&Method::GET, ["metrics", "resource"]) => resource_metrics(ctx).await,
+        (&Method::GET, ["metrics"]) => full(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::stats::own::render(),
+        ),
         (&Method::GET, ["stats", "summary"]) => {
             let only = query_pairs(&req)
                 .iter()
