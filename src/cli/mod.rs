@@ -151,10 +151,8 @@ fn print_table(rows: &[Vec<String>], out: &mut dyn Write) -> Result<(), CliError
 /// whether the agent's configuration pins them; then pulls in progress.
 pub fn print_images(state_dir: &Path, out: &mut dyn Write) -> Result<(), CliError> {
     let root = Layout::new(state_dir).images();
-    let records: std::collections::BTreeMap<String, crate::image::store::ImageRecord> =
-        state::read_json(&root.join("images.json"))?.unwrap_or_default();
-    let status: crate::image::store::StoreStatus =
-        state::read_json(&crate::image::store::Store::status_path(&root))?.unwrap_or_default();
+    let records = crate::image::store::read_records(&root)?;
+    let status = crate::image::store::read_status(&root)?;
     let now = Timestamp::now();
     let mut rows = vec![
         ["IMAGE", "ID", "SIZE", "PULLED", "LAST USED", "PINNED"]

@@ -204,6 +204,9 @@ impl ImageService {
     /// in one synchronous step on the loop, so that no pull can check for a
     /// layer between the two; the removal itself off it.
     async fn delete(&self, references: &[String], partial_age: Duration) -> Result<(), ImageError> {
+        // Awaited before what it protects is read: from here to the
+        // renames there is no await.
+        let index = self.index_writes.lock().await;
         let layers_root = self.store.root().join("layers/sha256");
         let mut protected: HashSet<String> = self.in_flight.borrow().keys().cloned().collect();
         protected.extend(
@@ -216,6 +219,7 @@ impl ImageService {
         let moved =
             self.store
                 .delete_images(references, &protected, self.gc.min_age, partial_age)?;
+        drop(index);
         smol::unblock(move || {
             for dir in moved {
                 let removed = if dir.is_dir() {
@@ -236,7 +240,7 @@ impl ImageService {
     }
 }
 
-pub fn older_than(at: Timestamp, age: Duration, now: Timestamp) -> bool {
+fn older_than(at: Timestamp, age: Duration, now: Timestamp) -> bool {
     now.duration_since(at).unsigned_abs() >= age && at <= now
 }
 

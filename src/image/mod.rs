@@ -61,15 +61,6 @@ pub struct PullLimits {
     pub image_bytes: u64,
 }
 
-impl Default for PullLimits {
-    fn default() -> Self {
-        PullLimits {
-            layer: unpack::Limits::default(),
-            image_bytes: 16 << 30,
-        }
-    }
-}
-
 /// An image ready to run.
 #[derive(Debug, Clone)]
 pub struct Image {
@@ -93,6 +84,10 @@ pub struct ImageService {
     layer_fetches: RefCell<HashMap<String, Rc<Mutex<()>>>>,
     /// Unpacking is CPU and disk work off the loop; bound it on small boards.
     unpack_slots: Semaphore,
+    /// Taken around every change of `images.json`. Pulls write it from a
+    /// blocking thread (with an fsync); waiting for this lock, rather than
+    /// for the store's own, keeps the loop from ever waiting for that fsync.
+    index_writes: Mutex<()>,
     /// Digests (config and layers) of pulls in flight, with how many pulls
     /// want each: GC leaves them, a pull may be about to record them.
     in_flight: RefCell<HashMap<String, usize>>,
@@ -297,6 +292,7 @@ impl ImageService {
             pulls: RefCell::new(HashMap::new()),
             layer_fetches: RefCell::new(HashMap::new()),
             unpack_slots: Semaphore::new(1),
+            index_writes: Mutex::new(()),
             in_flight: RefCell::new(HashMap::new()),
             status: RefCell::new(StoreStatus {
                 pinned: gc.pinned.iter().cloned().collect(),
@@ -346,9 +342,8 @@ impl ImageService {
 
     /// Whether `image` is in the store (a bad name is not).
     pub fn is_present(&self, image: &str) -> bool {
-        Reference::parse(image)
-            .ok()
-            .and_then(|r| self.store.record(&r.to_string()).ok().flatten())
+        Self::normalise(image)
+            .and_then(|key| self.store.record(&key).ok().flatten())
             .is_some()
     }
 
@@ -377,7 +372,7 @@ impl ImageService {
         if policy != PullPolicy::Always
             && let Some(record) = self.store.record(&key)?
         {
-            return self.image_from(record);
+            return self.image_from(record).await;
         }
         if policy == PullPolicy::Never {
             return Err(ImageError::NeverPull { image: key });
@@ -415,10 +410,10 @@ impl ImageService {
             self.pulls.borrow_mut().remove(&key);
         }
         let record = result?;
-        self.image_from(record)
+        self.image_from(record).await
     }
 
-    fn image_from(&self, record: ImageRecord) -> Result<Image, ImageError> {
+    async fn image_from(&self, record: ImageRecord) -> Result<Image, ImageError> {
         let pull_err = |message: String| pull_error(&record.reference, message);
         let config_path = self
             .store
@@ -437,7 +432,10 @@ impl ImageService {
                     .ok_or_else(|| pull_err(format!("bad layer digest {l}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.store.touch(&record.reference)?;
+        {
+            let _index = self.index_writes.lock().await;
+            self.store.touch(&record.reference)?;
+        }
         Ok(Image {
             id: record.config_digest.clone(),
             layers,
@@ -590,7 +588,10 @@ impl ImageService {
         };
         let store = self.store.clone();
         let saved = record.clone();
-        smol::unblock(move || store.put_record(saved)).await?;
+        {
+            let _index = self.index_writes.lock().await;
+            smol::unblock(move || store.put_record(saved)).await?;
+        }
         self.wake_gc();
         Ok(record)
     }
@@ -679,9 +680,9 @@ impl ImageService {
         result
     }
 
-    /// Downloads a layer to `tmp/` while hashing it (resuming it where a
-    /// broken connection left it), verifies it, unpacks it
-    /// off the loop and moves the result into place.
+    /// Downloads a layer to `partial/` while hashing it (resuming it where
+    /// a broken connection or an earlier run left it), verifies it, unpacks
+    /// it off the loop and moves the result into place.
     async fn fetch_layer(
         &self,
         reference: &Reference,

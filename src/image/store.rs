@@ -11,7 +11,8 @@
 //!
 //! A layer directory appears (by rename) only once completely unpacked from
 //! a verified blob, and the image record is written last; a pull interrupted
-//! at any point leaves only `tmp/` debris, which the next start removes.
+//! at any point leaves only `tmp/` debris, which the next start removes, and
+//! a download in `partial/` that the next pull resumes (or GC removes).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -70,6 +71,21 @@ pub struct Store {
     index: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
+/// The image records of the store at `root`, for readers without a
+/// [`Store`] (the CLI, stats off the loop).
+pub fn read_records(root: &Path) -> Result<BTreeMap<String, ImageRecord>, StateError> {
+    Ok(state::read_json(&index_file(root))?.unwrap_or_default())
+}
+
+fn index_file(root: &Path) -> PathBuf {
+    root.join("images.json")
+}
+
+/// What the running agent last wrote of pins and pulls.
+pub fn read_status(root: &Path) -> Result<StoreStatus, StateError> {
+    Ok(state::read_json(&Store::status_path(root))?.unwrap_or_default())
+}
+
 pub fn digest_hex(digest: &str) -> Option<&str> {
     let hex = digest.strip_prefix("sha256:")?;
     (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then_some(hex)
@@ -118,7 +134,7 @@ impl Store {
     }
 
     fn index_path(&self) -> PathBuf {
-        self.root.join("images.json")
+        index_file(&self.root)
     }
 
     pub fn status_path(root: &Path) -> PathBuf {
@@ -136,7 +152,7 @@ impl Store {
     }
 
     pub fn records(&self) -> Result<BTreeMap<String, ImageRecord>, StateError> {
-        Ok(state::read_json(&self.index_path())?.unwrap_or_default())
+        read_records(&self.root)
     }
 
     pub fn record(&self, reference: &str) -> Result<Option<ImageRecord>, StateError> {

@@ -344,16 +344,10 @@ async fn resource_metrics(ctx: &Context) -> Response<Body> {
 
 /// `/stats/summary`: read from the files now, off the loop.
 async fn stats_summary(ctx: &Context, only_cpu_and_memory: bool) -> Response<Body> {
-    let image_bytes = ctx
-        .images
-        .records()
-        .map(|r| r.values().map(|i| i.size).sum())
-        .unwrap_or(0);
     let node = crate::stats::summary::NodeInfo {
         name: ctx.config.node_name.clone(),
         state_dir: ctx.layout.root.clone(),
         images_dir: ctx.layout.images(),
-        image_bytes,
         runtime_root: ctx.layout.runtime_root(),
     };
     let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());

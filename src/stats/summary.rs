@@ -28,10 +28,9 @@ pub struct NodeInfo {
     pub name: String,
     /// The kubelet's root dir: its filesystem is `fs` (nodefs).
     pub state_dir: PathBuf,
-    /// The image store: its filesystem is `runtime.imageFs`.
+    /// The image store: its filesystem is `runtime.imageFs`, its images'
+    /// (compressed) sizes the `usedBytes`.
     pub images_dir: PathBuf,
-    /// Bytes the images take (compressed, as the store records them).
-    pub image_bytes: u64,
     pub runtime_root: PathBuf,
 }
 
@@ -137,6 +136,12 @@ fn init_pid(runtime_root: &Path, id: &str) -> Option<u64> {
     serde_json::from_str::<Value>(&text).ok()?["init_process_pid"].as_u64()
 }
 
+fn image_bytes(images_dir: &Path) -> u64 {
+    crate::image::store::read_records(images_dir)
+        .map(|r| r.values().map(|i| i.size).sum())
+        .unwrap_or(0)
+}
+
 fn boot_time() -> Option<Timestamp> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let btime = stat.lines().find_map(|l| l.strip_prefix("btime "))?;
@@ -156,7 +161,7 @@ pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo) -> Value {
         "nodeName": node.name,
         "startTime": boot_time().map(time),
         "fs": fs(&at, &node.state_dir, None),
-        "runtime": {"imageFs": fs(&at, &node.images_dir, Some(node.image_bytes))},
+        "runtime": {"imageFs": fs(&at, &node.images_dir, Some(image_bytes(&node.images_dir)))},
         "network": network(&at, std::fs::read_to_string("/proc/net/dev").ok()),
     });
     if let Some(usage) = &now.node {
