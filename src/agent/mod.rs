@@ -535,7 +535,7 @@ async fn collect_images(ctx: Rc<Context>) {
         match ctx.images.collect_garbage(&in_use).await {
             Ok(report) => {
                 crate::stats::own::image_gc_ran(report.deleted.len());
-                let percent = |u: Option<crate::image::gc::DiskUsage>| u.map(|u| u.percent());
+                let percent = |u: Option<crate::stats::fs::FsUsage>| u.map(|u| u.percent());
                 if !report.deleted.is_empty() {
                     log::info!(
                         "image GC deleted {} ({:?}% → {:?}% of the image filesystem used)",

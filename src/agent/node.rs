@@ -92,25 +92,6 @@ pub fn default_route_ip() -> Option<IpAddr> {
     })
 }
 
-/// Free bytes and inodes of the filesystem holding `path`.
-struct FsUsage {
-    capacity: u64,
-    available: u64,
-    inodes: u64,
-    inodes_free: u64,
-}
-
-fn fs_usage(path: &std::path::Path) -> Option<FsUsage> {
-    let s = nix::sys::statvfs::statvfs(path).ok()?;
-    let unit = s.fragment_size() as u64;
-    Some(FsUsage {
-        capacity: s.blocks() as u64 * unit,
-        available: s.blocks_available() as u64 * unit,
-        inodes: s.files() as u64,
-        inodes_free: s.files_available() as u64,
-    })
-}
-
 fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kb: u64 = text
@@ -184,7 +165,7 @@ pub fn allocatable(ctx: &Context) -> (u64, u64) {
 /// itself are not done yet.
 pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::NodeStatus {
     let config = &ctx.config;
-    let fs = fs_usage(&ctx.layout.root);
+    let fs = crate::stats::fs::FsUsage::of(&ctx.layout.root).ok();
     let storage = fs.as_ref().map_or(0, |f| f.capacity);
     let mut capacity = BTreeMap::from([
         ("cpu", facts.cpus.to_string()),

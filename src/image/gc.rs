@@ -9,7 +9,7 @@
 //! deletes.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -17,6 +17,7 @@ use jiff::Timestamp;
 use super::store::ImageRecord;
 use super::{ImageError, ImageService};
 use crate::state::{self, StateError};
+use crate::stats::fs::FsUsage;
 
 /// How long an unfinished layer download is kept for a later attempt.
 const PARTIAL_KEEP: Duration = Duration::from_secs(3600);
@@ -44,42 +45,15 @@ impl Default for GcPolicy {
     }
 }
 
-/// Size and free space of a filesystem, as statfs reports them to an
-/// unprivileged user (what the upstream kubelet reads too).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DiskUsage {
-    pub capacity: u64,
-    pub available: u64,
-}
-
-impl DiskUsage {
-    pub fn of(path: &Path) -> std::io::Result<DiskUsage> {
-        let s = nix::sys::statvfs::statvfs(path)?;
-        let unit = s.fragment_size() as u64;
-        Ok(DiskUsage {
-            capacity: s.blocks() as u64 * unit,
-            available: s.blocks_available() as u64 * unit,
-        })
-    }
-
-    /// Upstream's usage: 100 − available·100/capacity, in whole percent.
-    pub fn percent(&self) -> u64 {
-        if self.capacity == 0 {
-            return 0;
-        }
-        100 - (self.available.saturating_mul(100) / self.capacity).min(100)
-    }
-}
-
 impl GcPolicy {
     /// Whether the disk is full enough to start deleting.
-    pub fn over_high(&self, usage: DiskUsage) -> bool {
+    pub fn over_high(&self, usage: FsUsage) -> bool {
         self.high_percent < 100 && usage.percent() >= u64::from(self.high_percent)
     }
 
     /// Whether enough is free to stop: upstream frees
     /// `capacity·(100 − low)/100 − available` bytes.
-    pub fn at_low(&self, usage: DiskUsage) -> bool {
+    pub fn at_low(&self, usage: FsUsage) -> bool {
         usage.available as u128 * 100
             >= usage.capacity as u128 * u128::from(100 - self.low_percent.min(100))
     }
@@ -133,8 +107,8 @@ impl GcPolicy {
 pub struct GcReport {
     /// References deleted.
     pub deleted: Vec<String>,
-    pub before: Option<DiskUsage>,
-    pub after: Option<DiskUsage>,
+    pub before: Option<FsUsage>,
+    pub after: Option<FsUsage>,
     /// The disk was over the high threshold and deleting every candidate
     /// did not bring it down to the low one.
     pub short: bool,
@@ -149,7 +123,7 @@ impl ImageService {
         let root = self.store.root().to_owned();
         let statfs = |root: PathBuf| async move {
             smol::unblock(move || {
-                DiskUsage::of(&root).map_err(|source| ImageError::Statfs { path: root, source })
+                FsUsage::of(&root).map_err(|source| ImageError::Statfs { path: root, source })
             })
             .await
         };
@@ -266,9 +240,10 @@ mod tests {
 
     #[test]
     fn usage_and_thresholds_as_upstream_counts_them() {
-        let usage = |available| DiskUsage {
+        let usage = |available| FsUsage {
             capacity: 1000,
             available,
+            ..FsUsage::default()
         };
         let policy = GcPolicy::default();
         assert_eq!(usage(151).percent(), 85);
@@ -281,14 +256,7 @@ mod tests {
             ..GcPolicy::default()
         };
         assert!(!disabled.over_high(usage(0)));
-        assert_eq!(
-            DiskUsage {
-                capacity: 0,
-                available: 0
-            }
-            .percent(),
-            0
-        );
+        assert_eq!(FsUsage::default().percent(), 0);
     }
 
     #[test]

@@ -79,9 +79,9 @@ pub struct ImageService {
     platform: Platform,
     /// One pull per reference at a time; a second asker waits and then finds
     /// the image in the store.
-    pulls: RefCell<HashMap<String, Rc<Mutex<()>>>>,
+    pulls: KeyedLocks,
     /// One download of a layer at a time, also across images that share it.
-    layer_fetches: RefCell<HashMap<String, Rc<Mutex<()>>>>,
+    layer_fetches: KeyedLocks,
     /// Unpacking is CPU and disk work off the loop; bound it on small boards.
     unpack_slots: Semaphore,
     /// Taken around every change of `images.json`. Pulls write it from a
@@ -162,6 +162,53 @@ impl Drop for Progress<'_> {
     fn drop(&mut self) {
         self.service.status.borrow_mut().pulls.remove(&self.key);
         self.service.write_status(true);
+    }
+}
+
+/// One holder per key at a time; the map keeps only keys someone holds or
+/// waits for.
+#[derive(Default)]
+struct KeyedLocks(RefCell<HashMap<String, Rc<Mutex<()>>>>);
+
+/// Forgets a key once its last holder is done, also when that holder was
+/// dropped half way (a pull abandoned with its pod).
+struct KeyRelease<'a> {
+    locks: &'a KeyedLocks,
+    key: &'a str,
+    lock: Rc<Mutex<()>>,
+}
+
+impl Drop for KeyRelease<'_> {
+    fn drop(&mut self) {
+        // The map's and this one's: nobody else holds or waits.
+        if Rc::strong_count(&self.lock) <= 2 {
+            self.locks.0.borrow_mut().remove(self.key);
+        }
+    }
+}
+
+impl KeyedLocks {
+    /// Runs `work` once nobody else holds `key`, telling it whether it had
+    /// to wait for someone.
+    async fn run<T, F: std::future::Future<Output = T>>(
+        &self,
+        key: &str,
+        work: impl FnOnce(bool) -> F,
+    ) -> T {
+        let lock = self
+            .0
+            .borrow_mut()
+            .entry(key.to_owned())
+            .or_default()
+            .clone();
+        let release = KeyRelease {
+            locks: self,
+            key,
+            lock,
+        };
+        let waited = release.lock.try_lock().is_none();
+        let _guard = release.lock.lock().await;
+        work(waited).await
     }
 }
 
@@ -289,8 +336,8 @@ impl ImageService {
             registry,
             store,
             platform: manifest::host_platform(),
-            pulls: RefCell::new(HashMap::new()),
-            layer_fetches: RefCell::new(HashMap::new()),
+            pulls: KeyedLocks::default(),
+            layer_fetches: KeyedLocks::default(),
             unpack_slots: Semaphore::new(1),
             index_writes: Mutex::new(()),
             in_flight: RefCell::new(HashMap::new()),
@@ -377,39 +424,31 @@ impl ImageService {
         if policy == PullPolicy::Never {
             return Err(ImageError::NeverPull { image: key });
         }
-        let lock = self
-            .pulls
-            .borrow_mut()
-            .entry(key.clone())
-            .or_default()
-            .clone();
         let started = std::time::Instant::now();
-        let result = {
-            let someone_pulling = lock.try_lock().is_none();
-            let _guard = lock.lock().await;
-            // The pull we waited for is as fresh as ours would be.
-            match self.store.record(&key)? {
-                Some(record) if someone_pulling => Ok(record),
-                _ => {
-                    let (pulled, lag) =
-                        crate::rt::with_lag_probe(self.pull(&reference, &key, creds), LAG_PROBE)
-                            .await;
-                    crate::stats::own::pull_finished(pulled.is_ok());
-                    pulled.inspect(|record| {
-                        log::info!(
-                            "pulled {key} ({} bytes) in {:?}; event loop lag at most {:?}",
-                            record.size,
-                            started.elapsed(),
-                            lag
-                        );
-                    })
+        let (reference, key) = (&reference, key.as_str());
+        let record = self
+            .pulls
+            .run(key, |someone_pulling| async move {
+                // The pull we waited for is as fresh as ours would be.
+                match self.store.record(key)? {
+                    Some(record) if someone_pulling => Ok(record),
+                    _ => {
+                        let (pulled, lag) =
+                            crate::rt::with_lag_probe(self.pull(reference, key, creds), LAG_PROBE)
+                                .await;
+                        crate::stats::own::pull_finished(pulled.is_ok());
+                        pulled.inspect(|record| {
+                            log::info!(
+                                "pulled {key} ({} bytes) in {:?}; event loop lag at most {:?}",
+                                record.size,
+                                started.elapsed(),
+                                lag
+                            );
+                        })
+                    }
                 }
-            }
-        };
-        if Rc::strong_count(&lock) <= 2 {
-            self.pulls.borrow_mut().remove(&key);
-        }
-        let record = result?;
+            })
+            .await?;
         self.image_from(record).await
     }
 
@@ -658,26 +697,17 @@ impl ImageService {
         progress: &Progress<'_>,
         image_budget: &std::cell::Cell<u64>,
     ) -> Result<(), ImageError> {
-        let lock = self
-            .layer_fetches
-            .borrow_mut()
-            .entry(desc.digest.clone())
-            .or_default()
-            .clone();
-        let result = {
-            let _guard = lock.lock().await;
-            if self.store.has_layer(&desc.digest) {
-                progress.advance(desc.size);
-                Ok(())
-            } else {
-                self.fetch_layer(reference, key, creds, desc, progress, image_budget)
-                    .await
-            }
-        };
-        if Rc::strong_count(&lock) <= 2 {
-            self.layer_fetches.borrow_mut().remove(&desc.digest);
-        }
-        result
+        self.layer_fetches
+            .run(&desc.digest, |_| async move {
+                if self.store.has_layer(&desc.digest) {
+                    progress.advance(desc.size);
+                    Ok(())
+                } else {
+                    self.fetch_layer(reference, key, creds, desc, progress, image_budget)
+                        .await
+                }
+            })
+            .await
     }
 
     /// Downloads a layer to `partial/` while hashing it (resuming it where

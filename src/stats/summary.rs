@@ -115,18 +115,15 @@ fn network(at: &str, net_dev: Option<String>) -> Option<Value> {
 }
 
 fn fs(at: &str, path: &Path, used: Option<u64>) -> Option<Value> {
-    let s = nix::sys::statvfs::statvfs(path).ok()?;
-    let unit = s.fragment_size() as u64;
-    let capacity = s.blocks() as u64 * unit;
-    let inodes = s.files() as u64;
+    let f = super::fs::FsUsage::of(path).ok()?;
     Some(json!({
         "time": at,
-        "availableBytes": s.blocks_available() as u64 * unit,
-        "capacityBytes": capacity,
-        "usedBytes": used.unwrap_or(capacity - s.blocks_free() as u64 * unit),
-        "inodesFree": s.files_free() as u64,
-        "inodes": inodes,
-        "inodesUsed": inodes - s.files_free() as u64,
+        "availableBytes": f.available,
+        "capacityBytes": f.capacity,
+        "usedBytes": used.unwrap_or(f.capacity.saturating_sub(f.free)),
+        "inodesFree": f.inodes_free,
+        "inodes": f.inodes,
+        "inodesUsed": f.inodes.saturating_sub(f.inodes_free),
     }))
 }
 
