@@ -2094,7 +2094,7 @@ fn hostile_layers_from_a_registry_write_nothing_outside_their_layer() {
     let config = work.path().join("config.yaml");
     fs::write(
         &config,
-        "kind: NanoletConfiguration\nimageLimits: {layerSize: 32Mi, layerEntries: 1000}\n",
+        "kind: NanoletConfiguration\nimageLimits: {layerSize: 32Mi, imageSize: 40Mi, layerEntries: 1000}\n",
     )
     .unwrap();
     let agent = Agent::start_with(&registry, &["--config", config.to_str().unwrap()]);
@@ -2138,6 +2138,42 @@ fn hostile_layers_from_a_registry_write_nothing_outside_their_layer() {
         );
         assert_eq!(fs::read_dir(images.join("tmp")).unwrap().count(), 0);
     }
+
+    // Two layers each within the layer limit, together past the image's.
+    let half = &zeros[..24 << 20];
+    let image = push_layers(
+        "two-halves",
+        &[
+            &[Entry::File("first", half)],
+            &[Entry::File("second", half)],
+        ],
+    );
+    agent.write_manifest(
+        "two-halves.yaml",
+        &pod_yaml(
+            "two-halves",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: ['true']\n"),
+        ),
+    );
+    let waiting = agent.wait_for("two-halves: ErrImagePull", T, |a| {
+        let c = a.container_status("two-halves", "c")?;
+        (c["state"]["waiting"]["reason"] == "ErrImagePull").then_some(c)
+    });
+    let message = waiting["state"]["waiting"]["message"].as_str().unwrap();
+    assert!(message.contains("the limit for this layer"), "{message}");
+    agent.remove_manifest("two-halves.yaml");
+    agent.wait_for("two-halves to go", T, |a| {
+        a.record("two-halves").is_none().then_some(())
+    });
+    // The half unpacked first stays as a layer of its own (it was within
+    // every limit); nothing of the other.
+    let layers_now = tree(&images.join("layers"));
+    let halves = layers_now
+        .iter()
+        .filter(|(p, _)| p.ends_with("/first") || p.ends_with("/second"))
+        .count();
+    assert_eq!(halves, 1, "{layers_now:?}");
 
     // What stays inside by construction runs: an absolute path lands in the
     // layer (tar's rule), a device node is not made, and a symlink of a
