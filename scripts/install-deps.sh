@@ -13,7 +13,7 @@ COMMANDS=(runc crun docker-registry skopeo umoci busybox jq htpasswd qemu-aarch6
 PACKAGES=(runc crun docker-registry skopeo umoci busybox-static jq apache2-utils
   qemu-user-static e2fsprogs iproute2 musl-tools gcc-aarch64-linux-gnu
   libc6-dev-arm64-cross curl file iptables containernetworking-plugins
-  qemu-system-x86 linux-image-amd64 python3-grpcio zstd)
+  qemu-system-x86 linux-image-amd64 python3-grpcio zstd apparmor)
 RUST_TARGETS=(aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 
 missing=()
@@ -34,6 +34,11 @@ compgen -G '/boot/vmlinuz-*' >/dev/null || missing+=("linux-image-amd64")
 for plugin in bridge host-local portmap; do
   [[ -x /usr/lib/cni/$plugin ]] || { missing+=("containernetworking-plugins"); break; }
 done
+
+# nanolet loads its AppArmor profile with the parser, a root-only tool
+# that need not be on PATH; the cgroup v2 VM (which has AppArmor) uses the
+# host's.
+[[ -x /sbin/apparmor_parser || -x /usr/sbin/apparmor_parser ]] || missing+=("apparmor")
 
 # gRPC probes are tested against gRPC's own implementation: Debian's
 # Python (not whatever python3 is first on PATH) with its grpcio.

@@ -61,6 +61,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 scratch /mnt/scratch
 r=/mnt/root
 mount -t proc proc $r/proc
 mount -t sysfs sys $r/sys
+mount -t securityfs securityfs $r/sys/kernel/security
 mount -t devtmpfs dev $r/dev
 mkdir -p $r/dev/pts $r/dev/shm
 ln -sf /proc/self/fd $r/dev/fd

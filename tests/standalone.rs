@@ -1576,6 +1576,54 @@ spec:
         // The runtime's words differ (runc names AppArmor, crun the
         // attr file it could not write); that it refused is what counts.
         assert_eq!(failed["ready"], false, "{failed:#}");
+
+        // Containers naming no profile, or RuntimeDefault, run under the
+        // agent's own; with CAP_SYS_ADMIN it still refuses a mount, which
+        // an Unconfined sibling makes. Privileged ones run unconfined.
+        let report = "cat /proc/self/attr/current; mkdir -p /m; mount -t tmpfs t /m && echo mount-made || echo mount-refused; sleep 3600";
+        let container = |name: &str, security: &str| {
+            format!(
+                "  - name: {name}\n    image: {image}\n    command: [sh, -c, {report:?}]\n    securityContext: {security}\n"
+            )
+        };
+        let admin = "{capabilities: {add: [SYS_ADMIN]}";
+        agent.write_manifest(
+            "defaulted.yaml",
+            &pod_yaml(
+                "defaulted",
+                "",
+                &[
+                    container("plain", &format!("{admin}}}")),
+                    container(
+                        "default",
+                        &format!("{admin}, appArmorProfile: {{type: RuntimeDefault}}}}"),
+                    ),
+                    container(
+                        "unconfined",
+                        &format!("{admin}, appArmorProfile: {{type: Unconfined}}}}"),
+                    ),
+                    container(
+                        "privileged",
+                        "{privileged: true, appArmorProfile: {type: RuntimeDefault}}",
+                    ),
+                ]
+                .concat(),
+            ),
+        );
+        agent.wait_running("defaulted");
+        for (name, attr, mount) in [
+            ("plain", "nanolet-default (enforce)", "mount-refused"),
+            ("default", "nanolet-default (enforce)", "mount-refused"),
+            ("unconfined", "unconfined", "mount-made"),
+            ("privileged", "unconfined", "mount-made"),
+        ] {
+            let logs = agent.wait_for(&format!("{name}'s report"), T, |a| {
+                let logs = a.logs("default/defaulted", Some(name));
+                logs.contains("mount-").then_some(logs)
+            });
+            assert_eq!(logs.lines().next(), Some(attr), "{name}: {logs}");
+            assert!(logs.contains(mount), "{name}: {logs}");
+        }
     } else {
         let table = agent.wait_for("the AppArmor pod refused", T, |a| {
             let t = a.cli(&["pods"]);

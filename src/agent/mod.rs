@@ -229,6 +229,8 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     });
     // Child processes are reaped on the loop, not by a thread of their own.
     crate::rt::spawn(async_process::driver()).detach();
+    // Before any pod is admitted: admission and specs depend on it.
+    crate::runtime::apparmor::prepare_host().await;
     // Networks of pods whose DEL failed before: released now if possible.
     let retry_ctx = ctx.clone();
     crate::rt::spawn(async move { retry_ctx.cni.retry_parked().await }).detach();

@@ -1565,6 +1565,7 @@ impl Worker {
                 memory_capacity: self.ctx.memory_capacity,
                 seccomp_root: &self.ctx.layout.seccomp(),
                 pinned_sub_paths: &pinned_sub_paths,
+                apparmor_default: crate::runtime::apparmor::host().default_profile(),
             })
             .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
             bundle

@@ -88,6 +88,18 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
         },
     )?;
 
+    // Not loaded here (check changes nothing); the agent loads it at start.
+    let apparmor = if crate::runtime::apparmor::kernel_enabled() {
+        format!(
+            "enabled; the agent loads {} with {} at start",
+            crate::runtime::apparmor::RUNTIME_DEFAULT,
+            crate::runtime::apparmor::parser()
+        )
+    } else {
+        "not enabled: pods asking for a profile are refused".to_owned()
+    };
+    line(true, "apparmor", apparmor)?;
+
     let cni = Cni {
         conf_dir: config.cni_conf_dir.clone(),
         bin_dirs: config.cni_bin_dirs.clone(),

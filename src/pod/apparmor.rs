@@ -2,7 +2,8 @@
 //! pod that asks for confinement (any profile but Unconfined) runs only
 //! where the kernel has AppArmor enabled ("Cannot enforce AppArmor"). A
 //! Localhost profile that is not loaded fails in the runtime when the
-//! container is created, as upstream. A container's profile is its own
+//! container is created, as upstream; RuntimeDefault (and no profile at
+//! all) is nanolet's own profile, see `runtime::apparmor`. A container's profile is its own
 //! `appArmorProfile`, else the deprecated per-container annotation, else
 //! the pod's, in upstream's order.
 
@@ -12,6 +13,7 @@ use k8s_openapi::api::core::v1 as core;
 
 use super::validate::invalid;
 use super::{Pod, PodError};
+use crate::runtime::apparmor::{HostAppArmor, RUNTIME_DEFAULT};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AppArmorProfile {
@@ -79,43 +81,38 @@ pub fn from_annotation(
     }
 }
 
-/// Whether the pod may run on a host whose AppArmor is `enabled`.
-pub fn admit(pod: &Pod, enabled: bool) -> Result<(), PodError> {
+/// Whether the pod may run on `host`: confinement needs AppArmor, and
+/// RuntimeDefault needs the default profile the agent loads (a privileged
+/// container runs without it, as under containerd, so it needs nothing).
+pub fn admit(pod: &Pod, host: HostAppArmor) -> Result<(), PodError> {
     for container in pod.all_containers() {
         let profile = container.security.apparmor.as_ref();
-        match profile {
-            None | Some(AppArmorProfile::Unconfined) => {}
-            Some(_) if !enabled => {
+        match (profile, host) {
+            (None | Some(AppArmorProfile::Unconfined), _) => {}
+            (Some(_), HostAppArmor::Disabled) => {
                 return Err(PodError::AppArmor(
                     "AppArmor is not enabled on the host".into(),
                 ));
             }
-            Some(AppArmorProfile::Localhost(_)) => {}
-            // nanolet ships no profile of its own yet (containerd loads
-            // one it generates).
-            Some(AppArmorProfile::RuntimeDefault) => {
-                return Err(PodError::Unsupported {
-                    field: format!(
-                        "container {:?}: appArmorProfile type RuntimeDefault",
-                        container.name
-                    ),
-                });
+            (Some(AppArmorProfile::Localhost(_)), _) => {}
+            (Some(AppArmorProfile::RuntimeDefault), _) if container.security.privileged => {}
+            (Some(AppArmorProfile::RuntimeDefault), HostAppArmor::Enabled { runtime_default }) => {
+                if !runtime_default {
+                    return Err(PodError::AppArmor(format!(
+                        "the runtime default profile {RUNTIME_DEFAULT} is not loaded (see the agent's log)"
+                    )));
+                }
             }
         }
     }
     Ok(())
 }
 
-/// [`admit`] on this host, whose AppArmor is read once: it takes a reboot
-/// to change, so admitting a pod again (each manifest scan does) always
-/// gives the same answer.
+/// [`admit`] on this host, as the agent found it at start: it takes a
+/// reboot to change, so admitting a pod again (each manifest scan does)
+/// always gives the same answer.
 pub fn admit_on_host(pod: &Pod) -> Result<(), PodError> {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let enabled = *ENABLED.get_or_init(|| {
-        std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
-            .is_ok_and(|v| v.trim_start().starts_with('Y'))
-    });
-    admit(pod, enabled)
+    admit(pod, crate::runtime::apparmor::host())
 }
 
 #[cfg(test)]
@@ -153,13 +150,39 @@ mod tests {
         );
 
         // Without AppArmor on the host only Unconfined (or nothing) runs.
-        assert!(admit(&both, false).is_ok());
-        assert!(admit(&pod(json!({}), json!({})), false).is_ok());
-        let err = admit(&localhost, false).unwrap_err();
+        let off = HostAppArmor::Disabled;
+        assert!(admit(&both, off).is_ok());
+        assert!(admit(&pod(json!({}), json!({})), off).is_ok());
+        let err = admit(&localhost, off).unwrap_err();
         assert_eq!(
             err.to_string(),
             "Cannot enforce AppArmor: AppArmor is not enabled on the host"
         );
-        assert!(admit(&localhost, true).is_ok());
+        let loaded = HostAppArmor::Enabled {
+            runtime_default: true,
+        };
+        assert!(admit(&localhost, loaded).is_ok());
+
+        // RuntimeDefault needs the agent's profile loaded, unless the
+        // container is privileged and so runs without it.
+        let default = pod(
+            json!({}),
+            json!({"appArmorProfile": {"type": "RuntimeDefault"}}),
+        );
+        assert!(admit(&default, loaded).is_ok());
+        let unloaded = HostAppArmor::Enabled {
+            runtime_default: false,
+        };
+        let err = admit(&default, unloaded).unwrap_err();
+        assert!(
+            err.to_string().contains("nanolet-default is not loaded"),
+            "{err}"
+        );
+        let privileged = pod(
+            json!({"container.apparmor.security.beta.kubernetes.io/c": "runtime/default"}),
+            json!({"privileged": true}),
+        );
+        assert!(admit(&privileged, unloaded).is_ok());
+        assert!(admit(&privileged, off).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! Turning pods into running processes: the sandbox, container bundles
 //! (rootfs + OCI spec), the OCI runtime driver and the pod monitor.
 
+pub mod apparmor;
 pub mod cni;
 pub mod disk_usage;
 pub mod monitor_client;

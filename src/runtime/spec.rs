@@ -61,7 +61,7 @@ pub struct Process {
     pub rlimits: Vec<Rlimit>,
     pub no_new_privileges: bool,
     pub oom_score_adj: i32,
-    /// A Localhost AppArmor profile (admission checked it is loaded).
+    /// The AppArmor profile the runtime puts the process under.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub apparmor_profile: Option<String>,
 }
@@ -494,6 +494,8 @@ pub struct SpecInput<'a> {
     /// For each of the container's mounts, where its subPath is pinned
     /// (see `sub_path::pin`).
     pub pinned_sub_paths: &'a [Option<PathBuf>],
+    /// The host's runtime default AppArmor profile, where it has one.
+    pub apparmor_default: Option<&'a str>,
 }
 
 pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
@@ -687,9 +689,15 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             }],
             no_new_privileges: container.no_new_privileges,
             oom_score_adj: oom_score_adj(pod, container, input.memory_capacity),
+            // As containerd: no profile named means the runtime's
+            // default, which privileged containers run without.
             apparmor_profile: match &container.security.apparmor {
                 Some(AppArmorProfile::Localhost(name)) => Some(name.clone()),
-                _ => None,
+                Some(AppArmorProfile::Unconfined) => None,
+                Some(AppArmorProfile::RuntimeDefault) | None if !privileged => {
+                    input.apparmor_default.map(str::to_owned)
+                }
+                Some(AppArmorProfile::RuntimeDefault) | None => None,
             },
         },
         root: Root {
