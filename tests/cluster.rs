@@ -733,6 +733,19 @@ fn an_empty_dir_over_its_size_limit_gets_the_pod_evicted() {
     });
     let events = api.kubectl_ok(&["get", "events"], None);
     assert!(events.contains("Evicted"), "{events}");
+    // Its sandbox goes with its containers; the pod stays to be read.
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let netns = agent.state.join("pods").join(uid).join("ns/net");
+    wait(&agent, "the evicted pod's sandbox released", T, || {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        (!mounts.contains(netns.to_str()?)).then_some(())
+    });
+    assert!(agent.state.join("pods").join(uid).is_dir());
+    let log = agent.log();
+    assert!(
+        log.contains("filler: finished; its sandbox is released"),
+        "{log}"
+    );
     // Never started again, not even by the next agent.
     agent.kill9();
     agent.spawn();

@@ -103,6 +103,29 @@ fn pods_get_addresses_reach_each_other_publish_host_ports_and_release_them() {
     assert!(logs.contains(&format!("hosts={client_ip}")), "{logs}");
     assert_eq!(leased(&ipam).len(), 2, "{:?}", leased(&ipam));
 
+    // A pod that ran to its end gives its address back while it is still
+    // there to read, its IP kept in its status.
+    agent.write_manifest(
+        "job.yaml",
+        &pod_yaml(
+            "job",
+            "  restartPolicy: Never\n",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '2']\n"),
+        ),
+    );
+    let job_ip = pod_ip(&agent, "job");
+    assert_eq!(leased(&ipam).len(), 3, "{:?}", leased(&ipam));
+    let finished = agent.wait_for("the finished job's address back", T, |a| {
+        let record = a.record("job")?;
+        (record["status"]["phase"] == "Succeeded" && leased(&ipam).len() == 2).then_some(record)
+    });
+    assert_eq!(finished["status"]["podIP"], job_ip.as_str(), "{finished:#}");
+    assert!(!leased(&ipam).contains(&job_ip), "{:?}", leased(&ipam));
+    agent.remove_manifest("job.yaml");
+    agent.wait_for("the job gone", T, |a| {
+        a.record("job").is_none().then_some(())
+    });
+
     // The host port, from the pods' host (the test's namespace).
     let mut via_host_port = String::new();
     for _ in 0..50 {

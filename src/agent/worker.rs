@@ -94,6 +94,9 @@ pub struct Worker {
     evicted: Option<String>,
     /// When the disk emptyDirs with a sizeLimit are measured next.
     storage_check_at: Option<Instant>,
+    /// The pod ran to its end and gave its sandbox back (see
+    /// `release_sandbox`); its IPs stay in its status.
+    sandbox_released: bool,
 }
 
 /// The host file behind a container's terminationMessagePath, in its bundle.
@@ -202,6 +205,7 @@ impl Worker {
             terminating: false,
             grace_override: None,
             stopped: false,
+            sandbox_released: false,
             completing: false,
             last_status: None,
             sandbox_backoff: Backoff::default(),
@@ -252,6 +256,9 @@ impl Worker {
                 continue;
             }
             self.write_status();
+            if !self.sandbox_released && self.ran_to_its_end() {
+                self.release_sandbox().await;
+            }
             // An init container started: the next one may start now, not
             // at the next wake.
             if progressed && !self.pod.init_containers.is_empty() {
@@ -497,7 +504,7 @@ impl Worker {
     fn next_wake(&self) -> Option<Instant> {
         let refresh = self
             .volumes_written
-            .filter(|_| self.has_api_volumes())
+            .filter(|_| self.has_api_volumes() && !self.sandbox_released)
             .map(|t| t + VOLUME_REFRESH);
         self.containers
             .iter()
@@ -1035,6 +1042,39 @@ impl Worker {
         self.write_status();
     }
 
+    /// Whether nothing of the pod runs or will run again: it succeeded, it
+    /// failed for good, or it was evicted and its containers are gone.
+    fn ran_to_its_end(&self) -> bool {
+        let terminal = self.evicted.is_some()
+            || self
+                .last_status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        terminal
+            && self.containers.iter().all(|c| {
+                c.record.view.running_since.is_none() || c.record.view.terminated.is_some()
+            })
+    }
+
+    /// As upstream stops the sandbox of a pod that has finished: its
+    /// network gives the address (and any hostPort) back, its namespaces
+    /// and pause go, and so does its monitor. Its status, logs and dir stay
+    /// until the pod is deleted.
+    async fn release_sandbox(&mut self) {
+        self.sandbox_released = true;
+        let name = self.pod.full_name();
+        if let Some(mut monitor) = self.monitor.take()
+            && let Err(e) = monitor.shutdown().await
+        {
+            log::warn!("pod {name}: {e}");
+        }
+        match sandbox::teardown(&self.dir, &self.ctx.cni).await {
+            Ok(()) => log::info!("pod {name}: finished; its sandbox is released"),
+            Err(e) => log::warn!("pod {name}: releasing its sandbox: {e}"),
+        }
+    }
+
     /// SIGKILL to every running instance, nothing started again: what an
     /// eviction does (also when an agent crashed halfway through one).
     async fn kill_all_now(&mut self) {
@@ -1079,6 +1119,7 @@ impl Worker {
         // A killed pause took the pod's processes and its PID namespace.
         if self.pod.share_process_namespace
             && self.paths.is_some()
+            && !self.sandbox_released
             && !crate::runtime::pause::alive(&self.dir.join("ns"))
         {
             self.paths = None;
@@ -1187,6 +1228,7 @@ impl Worker {
                 }
             }
         } else if self.paths.is_some()
+            && !self.sandbox_released
             && self.has_api_volumes()
             && self
                 .volumes_written
