@@ -135,7 +135,9 @@ fn read_available(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
 
 impl Monitor {
     fn run(&mut self, listener: &UnixListener, signals: &SignalFd) -> io::Result<()> {
-        let mut buf = vec![0u8; 64 * 1024];
+        // One CRI line's worth per read: each monitor touches (and keeps)
+        // every page of this buffer, and there is one monitor per pod.
+        let mut buf = vec![0u8; log::MAX_LINE];
         loop {
             if self.shutting_down && self.containers.is_empty() {
                 return Ok(());
