@@ -58,6 +58,7 @@ struct KubeletConfigurationDoc {
     tls_cert_file: Option<PathBuf>,
     tls_private_key_file: Option<PathBuf>,
     authentication: Option<AuthenticationDoc>,
+    authorization: Option<AuthorizationDoc>,
     #[serde(rename = "clusterDNS", default)]
     cluster_dns: Vec<std::net::IpAddr>,
     cluster_domain: Option<String>,
@@ -75,6 +76,38 @@ struct KubeletConfigurationDoc {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct AuthenticationDoc {
     x509: Option<X509Doc>,
+    webhook: Option<AuthnWebhookDoc>,
+    anonymous: Option<AnonymousDoc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AuthnWebhookDoc {
+    enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    cache_ttl: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AnonymousDoc {
+    enabled: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AuthorizationDoc {
+    mode: Option<String>,
+    webhook: Option<AuthzWebhookDoc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AuthzWebhookDoc {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    cache_authorized_ttl: Option<String>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    cache_unauthorized_ttl: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -224,6 +257,8 @@ pub struct Config {
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub client_ca_file: Option<PathBuf>,
+    /// Who may use the kubelet API, beyond client certificates.
+    pub api_auth: ApiAuth,
     /// Nameservers of pods with dnsPolicy ClusterFirst (clusterDNS).
     pub cluster_dns: Vec<std::net::IpAddr>,
     pub cluster_domain: String,
@@ -234,6 +269,50 @@ pub struct Config {
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nanolet";
+
+/// The kubelet API's authentication and authorization, as upstream's
+/// KubeletConfiguration has them (its file defaults, not its flags').
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiAuth {
+    /// Requests with no credentials are `system:anonymous`.
+    pub anonymous: bool,
+    /// Bearer tokens are checked with TokenReview.
+    pub token_webhook: bool,
+    pub token_cache_ttl: Duration,
+    pub mode: AuthorizationMode,
+    pub allowed_cache_ttl: Duration,
+    pub denied_cache_ttl: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    /// SubjectAccessReview against the API server.
+    Webhook,
+}
+
+impl Default for ApiAuth {
+    fn default() -> Self {
+        ApiAuth {
+            anonymous: false,
+            token_webhook: true,
+            token_cache_ttl: Duration::from_secs(120),
+            mode: AuthorizationMode::Webhook,
+            allowed_cache_ttl: Duration::from_secs(300),
+            denied_cache_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+impl AuthorizationMode {
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "AlwaysAllow" => Some(AuthorizationMode::AlwaysAllow),
+            "Webhook" => Some(AuthorizationMode::Webhook),
+            _ => None,
+        }
+    }
+}
 
 impl Default for Config {
     fn default() -> Self {
@@ -283,6 +362,7 @@ impl Default for Config {
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
+            api_auth: ApiAuth::default(),
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".into(),
             cni_conf_dir: PathBuf::from("/etc/cni/net.d"),
@@ -516,10 +596,46 @@ impl Config {
         }
         config.tls_cert_file = kubelet.tls_cert_file;
         config.tls_private_key_file = kubelet.tls_private_key_file;
-        config.client_ca_file = kubelet
-            .authentication
-            .and_then(|a| a.x509)
-            .and_then(|x| x.client_ca_file);
+        let authentication = kubelet.authentication.unwrap_or_default();
+        config.client_ca_file = authentication.x509.and_then(|x| x.client_ca_file);
+        let auth = &mut config.api_auth;
+        if let Some(enabled) = authentication.anonymous.and_then(|a| a.enabled) {
+            auth.anonymous = enabled;
+        }
+        if let Some(webhook) = authentication.webhook {
+            auth.token_webhook = webhook.enabled.unwrap_or(auth.token_webhook);
+            if let Some(ttl) = &webhook.cache_ttl {
+                auth.token_cache_ttl = quantity::parse_duration(ttl)
+                    .map_err(|e| invalid(format!("authentication.webhook.cacheTTL: {e}")))?;
+            }
+        }
+        if let Some(authorization) = kubelet.authorization {
+            if let Some(mode) = &authorization.mode {
+                auth.mode = AuthorizationMode::parse(mode).ok_or_else(|| {
+                    invalid(format!(
+                        "authorization.mode: {mode:?} is not AlwaysAllow or Webhook"
+                    ))
+                })?;
+            }
+            let webhook = authorization.webhook.unwrap_or_default();
+            for (field, text, ttl) in [
+                (
+                    "cacheAuthorizedTTL",
+                    webhook.cache_authorized_ttl,
+                    &mut auth.allowed_cache_ttl,
+                ),
+                (
+                    "cacheUnauthorizedTTL",
+                    webhook.cache_unauthorized_ttl,
+                    &mut auth.denied_cache_ttl,
+                ),
+            ] {
+                if let Some(text) = text {
+                    *ttl = quantity::parse_duration(&text)
+                        .map_err(|e| invalid(format!("authorization.webhook.{field}: {e}")))?;
+                }
+            }
+        }
         config.node_labels = nanolet.node_labels;
         config.cluster_dns = kubelet.cluster_dns;
         if let Some(domain) = kubelet.cluster_domain {
@@ -637,6 +753,24 @@ impl Config {
                 })?
             }
             "client-ca-file" => self.client_ca_file = Some(value.into()),
+            "anonymous-auth" => self.api_auth.anonymous = flag_bool(flag, value)?,
+            "authentication-token-webhook" => self.api_auth.token_webhook = flag_bool(flag, value)?,
+            "authentication-token-webhook-cache-ttl" => {
+                self.api_auth.token_cache_ttl = flag_duration(flag, value)?
+            }
+            "authorization-mode" => {
+                self.api_auth.mode = AuthorizationMode::parse(value).ok_or_else(|| {
+                    ConfigError::Flag(format!(
+                        "--authorization-mode: {value:?} is not AlwaysAllow or Webhook"
+                    ))
+                })?
+            }
+            "authorization-webhook-cache-authorized-ttl" => {
+                self.api_auth.allowed_cache_ttl = flag_duration(flag, value)?
+            }
+            "authorization-webhook-cache-unauthorized-ttl" => {
+                self.api_auth.denied_cache_ttl = flag_duration(flag, value)?
+            }
             "cluster-dns" => {
                 self.cluster_dns = value
                     .split(',')
@@ -680,6 +814,20 @@ impl Config {
         }
         Ok(true)
     }
+}
+
+fn flag_bool(flag: &str, value: &str) -> Result<bool, ConfigError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ConfigError::Flag(format!(
+            "--{flag}: {value:?} is not true or false"
+        ))),
+    }
+}
+
+fn flag_duration(flag: &str, value: &str) -> Result<Duration, ConfigError> {
+    quantity::parse_duration(value).map_err(|e| ConfigError::Flag(format!("--{flag}: {e}")))
 }
 
 #[cfg(test)]
@@ -730,6 +878,45 @@ mod tests {
         );
         assert!(Config::parse("kind: Other\n", Path::new("c")).is_err());
         assert!(Config::parse("a: [\n", Path::new("c")).is_err());
+    }
+
+    #[test]
+    fn kubelet_api_authentication_and_authorization_as_upstream_names_them() {
+        assert_eq!(Config::default().api_auth, ApiAuth::default());
+        let c = Config::parse(
+            "authentication:\n  x509: {clientCAFile: /ca.crt}\n  webhook: {enabled: false, cacheTTL: 10s}\n  anonymous: {enabled: true}\nauthorization:\n  mode: AlwaysAllow\n  webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        assert_eq!(c.client_ca_file, Some(PathBuf::from("/ca.crt")));
+        assert_eq!(
+            c.api_auth,
+            ApiAuth {
+                anonymous: true,
+                token_webhook: false,
+                token_cache_ttl: Duration::from_secs(10),
+                mode: AuthorizationMode::AlwaysAllow,
+                allowed_cache_ttl: Duration::from_secs(60),
+                denied_cache_ttl: Duration::from_secs(5),
+            }
+        );
+        assert!(Config::parse("authorization: {mode: RBAC}\n", Path::new("c")).is_err());
+        let mut flags = Config::default();
+        assert!(flags.apply_flag("anonymous-auth", "true").unwrap());
+        assert!(
+            flags
+                .apply_flag("authorization-mode", "AlwaysAllow")
+                .unwrap()
+        );
+        assert!(
+            flags
+                .apply_flag("authorization-webhook-cache-unauthorized-ttl", "1s")
+                .unwrap()
+        );
+        assert!(flags.apply_flag("anonymous-auth", "yes").is_err());
+        assert!(flags.api_auth.anonymous);
+        assert_eq!(flags.api_auth.mode, AuthorizationMode::AlwaysAllow);
+        assert_eq!(flags.api_auth.denied_cache_ttl, Duration::from_secs(1));
     }
 
     #[test]

@@ -34,6 +34,11 @@ Flags of `run` (override the config file):
   --node-labels K=V,...      labels set at registration
   --address IP --port N      the kubelet API's address (0.0.0.0) and port (10250)
   --client-ca-file FILE      CA of client certificates the kubelet API accepts
+  --anonymous-auth BOOL      kubelet API requests without credentials are
+                             system:anonymous (false)
+  --authentication-token-webhook BOOL
+                             bearer tokens checked by TokenReview (true)
+  --authorization-mode MODE  Webhook (SubjectAccessReview, default) or AlwaysAllow
   --tls-cert-file FILE --tls-private-key-file FILE   its serving certificate
   --cluster-dns IP,... --cluster-domain D   DNS of ClusterFirst pods
   --cni-conf-dir DIR         CNI network configurations (/etc/cni/net.d)

@@ -1072,3 +1072,173 @@ fn resource_metrics_show_a_busy_pod_busy_and_an_idle_one_idle() {
         );
     }
 }
+
+/// A request to a kubelet's API on `port`: (status, body).
+fn kubelet_call(port: &str, path: &str, credentials: &[&str]) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "-w", "\n%{http_code}"])
+        .args(credentials)
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (code.parse().unwrap(), body.trim().to_owned())
+}
+
+fn kubelet_port(api: &ApiServer, agent: &Agent, node: &str) -> String {
+    wait(agent, "the node's kubelet port", T, || {
+        let node = get(api, &["get", "node", node])?;
+        let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_u64()?;
+        Some(port.to_string())
+    })
+}
+
+/// Subject access reviews the API server has answered so far.
+fn access_reviews(api: &ApiServer) -> usize {
+    let all: Value = serde_json::from_str(&api.admin("GET", "/requests")).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/subjectaccessreviews"))
+        })
+        .count()
+}
+
+#[test]
+fn the_kubelet_api_authenticates_then_asks_the_api_server_who_may_do_what() {
+    use base64::Engine;
+    let registry = Registry::start();
+    let api = ApiServer::start();
+    let agent = Agent::join(
+        &registry,
+        &api,
+        "edge-8",
+        &["--authorization-webhook-cache-unauthorized-ttl", "1s"],
+    );
+    let port = kubelet_port(&api, &agent, "edge-8");
+    let paths = [
+        ("/healthz", "proxy"),
+        ("/pods", "proxy"),
+        ("/stats/summary", "stats"),
+        ("/metrics", "metrics"),
+        ("/metrics/resource", "metrics"),
+        ("/containerLogs/default/none/main", "proxy"),
+    ];
+
+    // Nobody, and a token the API server never issued: 401 everywhere.
+    for (path, _) in paths {
+        for credentials in [&[][..], &["-H", "Authorization: Bearer not-a-token"][..]] {
+            let (code, body) = kubelet_call(&port, path, credentials);
+            assert_eq!((code, body.as_str()), (401, "Unauthorized"), "{path}");
+        }
+    }
+
+    // A service account's token is who it says (TokenReview), and may do
+    // nothing yet (SubjectAccessReview): 403 with upstream's words.
+    api.kubectl_ok(&["create", "serviceaccount", "scraper"], None);
+    let token = api.kubectl_ok(&["create", "token", "scraper"], None);
+    let bearer = format!("Authorization: Bearer {}", token.trim());
+    let as_scraper = ["-H", bearer.as_str()];
+    for (path, subresource) in paths {
+        let (code, body) = kubelet_call(&port, path, &as_scraper);
+        assert_eq!(code, 403, "{path}: {body}");
+        assert_eq!(
+            body,
+            format!(
+                "Forbidden (user=system:serviceaccount:default:scraper, verb=get, resource=nodes, subresource={subresource})"
+            )
+        );
+    }
+
+    // What metrics-server is given: nodes/stats and nodes/metrics. Denials
+    // are cached for the 1 s configured here.
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: node-scraper}\nrules:\n- apiGroups: ['']\n  resources: [nodes/stats, nodes/metrics]\n  verbs: [get]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: node-scraper}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: node-scraper}\nsubjects:\n- {kind: ServiceAccount, name: scraper, namespace: default}\n",
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    for (path, subresource) in paths {
+        let (code, body) = kubelet_call(&port, path, &as_scraper);
+        let allowed = subresource != "proxy";
+        assert_eq!(code, if allowed { 200 } else { 403 }, "{path}: {body}");
+    }
+    // An allowed answer is kept (5 min): asking again costs no review.
+    let reviews = access_reviews(&api);
+    for _ in 0..3 {
+        assert_eq!(kubelet_call(&port, "/stats/summary", &as_scraper).0, 200);
+    }
+    assert_eq!(access_reviews(&api), reviews);
+
+    // A client certificate names its user (CN) and groups (O): another
+    // node's may not read this one.
+    let other = std::process::Command::new(common::apiserver::binary())
+        .args(["node-kubeconfig", "edge-9", "--dir"])
+        .arg(&api.dir)
+        .output()
+        .unwrap();
+    let kubeconfig = String::from_utf8_lossy(&other.stdout).into_owned();
+    let field = |name: &str| {
+        let line = kubeconfig
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(line.trim())
+            .unwrap()
+    };
+    let cert = agent.dir.path().join("edge-9.crt");
+    let key = agent.dir.path().join("edge-9.key");
+    std::fs::write(&cert, field("client-certificate-data:")).unwrap();
+    std::fs::write(&key, field("client-key-data:")).unwrap();
+    let as_other_node = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let (code, body) = kubelet_call(&port, "/stats/summary", &as_other_node);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("user=system:node:edge-9,"), "{body}");
+
+    // The API server's own client certificate is a superuser's: kubectl
+    // goes through it.
+    let summary = api.kubectl_ok(
+        &["get", "--raw", "/api/v1/nodes/edge-8/proxy/stats/summary"],
+        None,
+    );
+    assert!(
+        summary.contains("\"nodeName\": \"edge-8\"") || summary.contains("\"nodeName\":\"edge-8\""),
+        "{summary}"
+    );
+}
+
+#[test]
+fn anonymous_requests_and_always_allow_are_opt_in() {
+    let registry = Registry::start();
+    let api = ApiServer::start();
+    let agent = Agent::join(
+        &registry,
+        &api,
+        "edge-10",
+        &[
+            "--anonymous-auth",
+            "true",
+            "--authorization-mode",
+            "AlwaysAllow",
+        ],
+    );
+    let port = kubelet_port(&api, &agent, "edge-10");
+    let (code, body) = kubelet_call(&port, "/pods", &[]);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("PodList"), "{body}");
+    // A bad token is refused even so: it is not anonymous.
+    let bad = ["-H", "Authorization: Bearer not-a-token"];
+    assert_eq!(kubelet_call(&port, "/pods", &bad).0, 401);
+    assert_eq!(access_reviews(&api), 0);
+}

@@ -292,7 +292,12 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         let facts =
             node::NodeFacts::gather(&ctx, format!("{}://{version}", ctx.config.runtime.name()));
         // The kubelet API: how the API server reaches this node for logs.
-        let server = crate::server::bind(ctx.clone())
+        let authority = crate::server::auth::Authority::new(
+            ctx.config.api_auth.clone(),
+            api.clone(),
+            &ctx.config.node_name,
+        );
+        let server = crate::server::bind(ctx.clone(), Rc::new(authority))
             .map_err(|e| AgentError::Setup(format!("kubelet API: {e}")))?;
         crate::rt::spawn(server).detach();
         crate::rt::spawn(node::run(ctx.clone(), api, facts)).detach();

@@ -1,9 +1,11 @@
 //! The kubelet API on HTTPS (default :10250): `/healthz`, `/pods`,
 //! `/containerLogs` (as the API server calls it for `kubectl logs`),
 //! `/metrics/resource` and `/stats/summary` (what metrics-server scrapes).
-//! Clients authenticate with a certificate the configured client CA
-//! signed; anything else gets 401. (Authorization by
-//! SubjectAccessReview is not done yet: an authenticated client may read.)
+//! Every request is authenticated and authorized first (see `auth`): 401
+//! or 403 with upstream's words otherwise.
+
+pub mod auth;
+pub mod client_cert;
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -26,6 +28,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use smol::Async;
 
+use self::auth::{Attributes, Authority, Refusal, UserInfo};
 use crate::agent::Context;
 use crate::cli::CliError;
 use crate::cli::logs::LogsArgs;
@@ -154,14 +157,20 @@ fn tls_config(ctx: &Context) -> Result<Arc<ServerConfig>, ServerError> {
 }
 
 /// Binds the kubelet API; the returned future serves it forever.
-pub fn bind(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, ServerError> {
+pub fn bind(
+    ctx: Rc<Context>,
+    authority: Rc<Authority>,
+) -> Result<impl Future<Output = ()>, ServerError> {
     let addr = SocketAddr::new(ctx.config.address, ctx.config.port);
     let listener = TcpListener::bind(addr)
         .and_then(Async::new)
         .map_err(|source| ServerError::Listen { addr, source })?;
     let acceptor = TlsAcceptor::from(tls_config(&ctx)?);
-    if ctx.config.client_ca_file.is_none() {
-        log::warn!("no clientCAFile: the kubelet API on {addr} will refuse every request");
+    let auth = &ctx.config.api_auth;
+    if ctx.config.client_ca_file.is_none() && !auth.token_webhook && !auth.anonymous {
+        log::warn!(
+            "no clientCAFile, token webhook or anonymous access: the kubelet API on {addr} will refuse every request"
+        );
     }
     log::info!("kubelet API listening on https://{addr}");
     Ok(async move {
@@ -177,6 +186,7 @@ pub fn bind(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, ServerError> {
             };
             let acceptor = acceptor.clone();
             let ctx = ctx.clone();
+            let authority = authority.clone();
             crate::rt::spawn(async move {
                 // A client that never finishes its handshake is dropped.
                 let handshake = async { acceptor.accept(stream).await.ok() };
@@ -187,14 +197,26 @@ pub fn bind(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, ServerError> {
                 let Some(tls) = futures_lite::FutureExt::or(handshake, timeout).await else {
                     return;
                 };
-                let authenticated = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .is_some_and(|c| !c.is_empty());
+                // Verified in the handshake; one without a common name
+                // authenticates nobody (upstream refuses it too).
+                let certificate: Option<Option<Rc<UserInfo>>> =
+                    tls.get_ref().1.peer_certificates().and_then(|chain| {
+                        let leaf = chain.first()?;
+                        Some(client_cert::subject(leaf).map(|(name, groups)| {
+                            Rc::new(UserInfo::from_certificate(name, groups))
+                        }))
+                    });
                 let service = hyper::service::service_fn(move |req| {
                     let ctx = ctx.clone();
-                    async move { Ok::<_, Infallible>(handle(&ctx, req, authenticated).await) }
+                    let authority = authority.clone();
+                    let certificate = certificate.clone();
+                    async move {
+                        let response = match admit(&authority, certificate.as_ref(), &req).await {
+                            Ok(()) => handle(&ctx, req).await,
+                            Err(refusal) => refused(&refusal),
+                        };
+                        Ok::<_, Infallible>(response)
+                    }
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .serve_connection(crate::http::io::HyperIo(tls), service)
@@ -279,10 +301,36 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn handle(ctx: &Rc<Context>, req: Request<Incoming>, authenticated: bool) -> Response<Body> {
-    if !authenticated {
-        return text(StatusCode::UNAUTHORIZED, "Unauthorized");
-    }
+/// Authentication, then authorization, of one request.
+async fn admit(
+    authority: &Authority,
+    certificate: Option<&Option<Rc<UserInfo>>>,
+    req: &Request<Incoming>,
+) -> Result<(), Refusal> {
+    let authorization = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let user = match certificate {
+        Some(Some(user)) => user.as_ref().clone(),
+        Some(None) => return Err(Refusal::Unauthorized),
+        None => authority.authenticate(None, authorization).await?,
+    };
+    let attributes = Attributes::of(req.method(), req.uri().path());
+    authority.authorize(&user, attributes).await
+}
+
+fn refused(refusal: &Refusal) -> Response<Body> {
+    let status = match refusal {
+        Refusal::Unauthorized => StatusCode::UNAUTHORIZED,
+        Refusal::Forbidden { .. } => StatusCode::FORBIDDEN,
+        Refusal::Failed { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    log::debug!("kubelet API: {refusal}");
+    text(status, &refusal.to_string())
+}
+
+async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match (req.method(), segments.as_slice()) {

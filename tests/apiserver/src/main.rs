@@ -13,6 +13,7 @@ mod pki;
 mod protobuf;
 mod proxy;
 mod resources;
+mod reviews;
 mod selectors;
 mod server;
 mod status;

@@ -269,13 +269,18 @@ impl Server {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
         {
-            let tokens = self.tokens.borrow();
-            return tokens
-                .get(token.trim())
-                .filter(|(_, expiry)| expiry.is_none_or(|e| e > jiff::Timestamp::now()))
-                .map(|(user, _)| user.clone());
+            return self.token_user(token.trim());
         }
         cert_user
+    }
+
+    /// Whose `token` is, while it is valid.
+    fn token_user(&self, token: &str) -> Option<User> {
+        self.tokens
+            .borrow()
+            .get(token)
+            .filter(|(_, expiry)| expiry.is_none_or(|e| e > jiff::Timestamp::now()))
+            .map(|(user, _)| user.clone())
     }
 
     pub async fn handle(
@@ -437,6 +442,30 @@ impl Server {
             ["openapi", "v3", rest @ ..] => crate::openapi::document(&rest.join("/"))
                 .map(|d| json_response(StatusCode::OK, &d))
                 .ok_or_else(not_found_path),
+            // Reviews are answered, not stored.
+            ["apis", "authentication.k8s.io", "v1", "tokenreviews"]
+                if call.method == Method::POST =>
+            {
+                let request: Value = serde_json::from_slice(call.body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                let token = request.pointer("/spec/token").and_then(Value::as_str);
+                let user = token.and_then(|t| self.token_user(t));
+                Ok(json_response(
+                    StatusCode::CREATED,
+                    &crate::reviews::token_review(&request, user.as_ref()),
+                ))
+            }
+            ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]
+                if call.method == Method::POST =>
+            {
+                let request: Value = serde_json::from_slice(call.body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                let store = self.api.store.borrow();
+                Ok(json_response(
+                    StatusCode::CREATED,
+                    &crate::reviews::subject_access_review(&store, &request),
+                ))
+            }
             ["api", "v1", rest @ ..] => self.resource("", "v1", rest, call).await,
             ["apis", g, v, rest @ ..] => self.resource(g, v, rest, call).await,
             _ => Err(not_found_path()),

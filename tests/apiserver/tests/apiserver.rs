@@ -164,6 +164,67 @@ fn authentication_by_certificate_and_token() {
     assert!(users.contains(&"system:anonymous"));
 }
 
+#[test]
+fn token_and_subject_access_reviews_as_kubelets_ask_them() {
+    let s = ApiServer::start();
+    let review = |token: &str| {
+        let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token}});
+        let (code, answer) = s.call(
+            "POST",
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            Some(("application/json", &request)),
+        );
+        assert_eq!(code, 201, "{answer}");
+        answer["status"].clone()
+    };
+    let admin = review(&s.token);
+    assert_eq!(admin["authenticated"], true, "{admin}");
+    assert!(
+        admin["user"]["groups"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("system:authenticated"))
+    );
+    assert_eq!(review("forged")["authenticated"], false);
+
+    let access = |user: &str, groups: &[&str], attributes: Value| {
+        let request = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": groups, "resourceAttributes": attributes}});
+        let (code, answer) = s.call(
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            Some(("application/json", &request)),
+        );
+        assert_eq!(code, 201, "{answer}");
+        answer["status"]["allowed"] == true
+    };
+    let stats = json!({"verb": "get", "group": "", "version": "v1", "resource": "nodes",
+        "subresource": "stats", "name": "edge-1"});
+    assert!(access("root", &["system:masters"], stats.clone()));
+    assert!(!access("alice", &["readers"], stats.clone()));
+    // A ClusterRole bound to a group, limited to one node by name; a Role
+    // bound in one namespace only.
+    s.kubectl_ok(&["create", "namespace", "shop"], None);
+    s.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: edge-1-stats}\nrules:\n- {apiGroups: [''], resources: [nodes/stats], resourceNames: [edge-1], verbs: [get, list]}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: readers}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edge-1-stats}\nsubjects: [{kind: Group, name: readers}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: logs, namespace: shop}\nrules:\n- {apiGroups: [''], resources: [pods/log], verbs: ['*']}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: logs, namespace: shop}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: logs}\nsubjects: [{kind: User, name: bob}]\n"),
+    );
+    assert!(access("alice", &["readers"], stats.clone()));
+    let mut other_node = stats.clone();
+    other_node["name"] = "edge-2".into();
+    assert!(!access("alice", &["readers"], other_node));
+    let mut proxy = stats;
+    proxy["subresource"] = "proxy".into();
+    assert!(!access("alice", &["readers"], proxy));
+    let logs = |namespace: &str| {
+        json!({"verb": "get", "group": "", "version": "v1", "resource": "pods",
+            "subresource": "log", "namespace": namespace, "name": "web"})
+    };
+    assert!(access("bob", &[], logs("shop")));
+    assert!(!access("bob", &[], logs("default")));
+}
+
 fn configmap(name: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": name}})
 }
