@@ -48,6 +48,10 @@ struct KubeletConfigurationDoc {
     #[serde(default)]
     system_reserved: BTreeMap<String, String>,
     eviction_hard: Option<BTreeMap<String, String>>,
+    eviction_soft: Option<BTreeMap<String, String>>,
+    eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    eviction_max_pod_grace_period: Option<i64>,
+    eviction_pressure_transition_period: Option<String>,
     node_status_update_frequency: Option<String>,
     node_status_report_frequency: Option<String>,
     node_lease_duration_seconds: Option<i32>,
@@ -243,8 +247,8 @@ pub struct Config {
     /// Resource name → bytes or millicores held back from allocatable.
     pub kube_reserved: BTreeMap<String, i64>,
     pub system_reserved: BTreeMap<String, i64>,
-    /// Hard eviction thresholds as given (`memory.available` → `100Mi`).
-    pub eviction_hard: BTreeMap<String, String>,
+    /// Eviction thresholds and their timing.
+    pub eviction: Eviction,
     pub node_status_update_frequency: Duration,
     pub node_status_report_frequency: Duration,
     pub node_lease_duration: Duration,
@@ -269,6 +273,171 @@ pub struct Config {
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nanolet";
+
+/// What the eviction manager watches, as upstream's eviction signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Signal {
+    MemoryAvailable,
+    NodefsAvailable,
+    NodefsInodesFree,
+    ImagefsAvailable,
+    ImagefsInodesFree,
+    PidAvailable,
+}
+
+impl Signal {
+    pub const ALL: [Signal; 6] = [
+        Signal::MemoryAvailable,
+        Signal::NodefsAvailable,
+        Signal::NodefsInodesFree,
+        Signal::ImagefsAvailable,
+        Signal::ImagefsInodesFree,
+        Signal::PidAvailable,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::MemoryAvailable => "memory.available",
+            Signal::NodefsAvailable => "nodefs.available",
+            Signal::NodefsInodesFree => "nodefs.inodesFree",
+            Signal::ImagefsAvailable => "imagefs.available",
+            Signal::ImagefsInodesFree => "imagefs.inodesFree",
+            Signal::PidAvailable => "pid.available",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Signal> {
+        Signal::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// A threshold's quantity: absolute, or a share of the capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ThresholdValue {
+    Quantity(u64),
+    Percent(f64),
+}
+
+impl ThresholdValue {
+    pub fn of(self, capacity: u64) -> u64 {
+        match self {
+            ThresholdValue::Quantity(q) => q,
+            ThresholdValue::Percent(p) => (capacity as f64 * p / 100.0) as u64,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    pub signal: Signal,
+    pub value: ThresholdValue,
+    /// Soft thresholds act once met for this long; hard ones (None) at once.
+    pub grace: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eviction {
+    pub thresholds: Vec<Threshold>,
+    /// The longest grace a soft eviction gives a pod (0: the pod's own).
+    pub max_pod_grace: Duration,
+    /// How long a pressure condition stays on after its signal clears.
+    pub transition_period: Duration,
+}
+
+impl Default for Eviction {
+    /// Upstream's Linux defaults.
+    fn default() -> Self {
+        let hard = |signal, value| Threshold {
+            signal,
+            value,
+            grace: None,
+        };
+        Eviction {
+            thresholds: vec![
+                hard(Signal::MemoryAvailable, ThresholdValue::Quantity(100 << 20)),
+                hard(Signal::NodefsAvailable, ThresholdValue::Percent(10.0)),
+                hard(Signal::NodefsInodesFree, ThresholdValue::Percent(5.0)),
+                hard(Signal::ImagefsAvailable, ThresholdValue::Percent(15.0)),
+            ],
+            max_pod_grace: Duration::ZERO,
+            transition_period: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Eviction {
+    /// The hard threshold on `signal`, in units of `capacity`.
+    pub fn hard(&self, signal: Signal, capacity: u64) -> Option<u64> {
+        self.thresholds
+            .iter()
+            .find(|t| t.signal == signal && t.grace.is_none())
+            .map(|t| t.value.of(capacity))
+    }
+}
+
+/// evictionHard / evictionSoft (with its grace periods) as upstream
+/// validates them: known signals, quantities or percentages, and a grace
+/// period for every soft threshold.
+fn thresholds(
+    map: &BTreeMap<String, String>,
+    graces: Option<&BTreeMap<String, String>>,
+) -> Result<Vec<Threshold>, String> {
+    let field = if graces.is_some() {
+        "evictionSoft"
+    } else {
+        "evictionHard"
+    };
+    map.iter()
+        .map(|(name, text)| {
+            let signal = Signal::parse(name)
+                .ok_or_else(|| format!("{field}: unknown eviction signal {name:?}"))?;
+            let value = match text.trim().strip_suffix('%') {
+                Some(percent) => percent
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|p| (0.0..=100.0).contains(p))
+                    .map(ThresholdValue::Percent)
+                    .ok_or_else(|| format!("{field}.{name}: {text:?} is not a percentage"))?,
+                None => ThresholdValue::Quantity(
+                    quantity::parse_bytes(text).map_err(|e| format!("{field}.{name}: {e}"))?,
+                ),
+            };
+            let grace = match graces {
+                None => None,
+                Some(graces) => {
+                    let grace = graces.get(name).ok_or_else(|| {
+                        format!("evictionSoftGracePeriod: {name} has a soft threshold but no grace period")
+                    })?;
+                    Some(
+                        quantity::parse_duration(grace)
+                            .map_err(|e| format!("evictionSoftGracePeriod.{name}: {e}"))?,
+                    )
+                }
+            };
+            Ok(Threshold {
+                signal,
+                value,
+                grace,
+            })
+        })
+        .collect()
+}
+
+/// `--eviction-hard`'s form: `memory.available<100Mi,nodefs.available<10%`.
+fn threshold_flag(flag: &str, value: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    value
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|pair| {
+            pair.split_once('<')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .ok_or_else(|| {
+                    ConfigError::Flag(format!("--{flag}: {pair:?} is not signal<quantity"))
+                })
+        })
+        .collect()
+}
 
 /// The kubelet API's authentication and authorization, as upstream's
 /// KubeletConfiguration has them (its file defaults, not its flags').
@@ -351,7 +520,7 @@ impl Default for Config {
             register_with_taints: Vec::new(),
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),
-            eviction_hard: BTreeMap::from([("memory.available".to_owned(), "100Mi".to_owned())]),
+            eviction: Eviction::default(),
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(300),
             node_lease_duration: Duration::from_secs(40),
@@ -556,8 +725,25 @@ impl Config {
             reservations(&kubelet.kube_reserved, "kubeReserved").map_err(invalid)?;
         config.system_reserved =
             reservations(&kubelet.system_reserved, "systemReserved").map_err(invalid)?;
-        if let Some(hard) = kubelet.eviction_hard {
-            config.eviction_hard = hard;
+        if let Some(hard) = &kubelet.eviction_hard {
+            config.eviction.thresholds = thresholds(hard, None).map_err(invalid)?;
+        }
+        if let Some(soft) = &kubelet.eviction_soft {
+            let graces = kubelet
+                .eviction_soft_grace_period
+                .clone()
+                .unwrap_or_default();
+            config
+                .eviction
+                .thresholds
+                .extend(thresholds(soft, Some(&graces)).map_err(invalid)?);
+        }
+        if let Some(seconds) = kubelet.eviction_max_pod_grace_period {
+            config.eviction.max_pod_grace = Duration::from_secs(seconds.max(0) as u64);
+        }
+        if let Some(period) = &kubelet.eviction_pressure_transition_period {
+            config.eviction.transition_period = quantity::parse_duration(period)
+                .map_err(|e| invalid(format!("evictionPressureTransitionPeriod: {e}")))?;
         }
         for (field, value, target) in [
             (
@@ -753,6 +939,22 @@ impl Config {
                 })?
             }
             "client-ca-file" => self.client_ca_file = Some(value.into()),
+            "eviction-hard" => {
+                let hard = threshold_flag(flag, value)?;
+                let soft = self
+                    .eviction
+                    .thresholds
+                    .iter()
+                    .filter(|t| t.grace.is_some());
+                self.eviction.thresholds = thresholds(&hard, None)
+                    .map_err(|e| ConfigError::Flag(format!("--{flag}: {e}")))?
+                    .into_iter()
+                    .chain(soft.cloned())
+                    .collect();
+            }
+            "eviction-pressure-transition-period" => {
+                self.eviction.transition_period = flag_duration(flag, value)?
+            }
             "anonymous-auth" => self.api_auth.anonymous = flag_bool(flag, value)?,
             "authentication-token-webhook" => self.api_auth.token_webhook = flag_bool(flag, value)?,
             "authentication-token-webhook-cache-ttl" => {
@@ -878,6 +1080,51 @@ mod tests {
         );
         assert!(Config::parse("kind: Other\n", Path::new("c")).is_err());
         assert!(Config::parse("a: [\n", Path::new("c")).is_err());
+    }
+
+    #[test]
+    fn eviction_thresholds_as_upstream_validates_them() {
+        let defaults = Config::default().eviction;
+        assert_eq!(defaults.hard(Signal::MemoryAvailable, 0), Some(100 << 20));
+        assert_eq!(defaults.hard(Signal::ImagefsAvailable, 1000), Some(150));
+        let c = Config::parse(
+            "evictionHard: {memory.available: 1Gi, pid.available: 10%}\nevictionSoft: {memory.available: 2Gi}\nevictionSoftGracePeriod: {memory.available: 90s}\nevictionMaxPodGracePeriod: 20\nevictionPressureTransitionPeriod: 1m\n",
+            Path::new("c"),
+        )
+        .unwrap();
+        let e = &c.eviction;
+        assert_eq!(e.hard(Signal::MemoryAvailable, 0), Some(1 << 30));
+        assert_eq!(e.hard(Signal::PidAvailable, 1000), Some(100));
+        // Given, the map replaces the defaults.
+        assert_eq!(e.hard(Signal::NodefsAvailable, 1000), None);
+        let soft = e.thresholds.iter().find(|t| t.grace.is_some()).unwrap();
+        assert_eq!(soft.value, ThresholdValue::Quantity(2 << 30));
+        assert_eq!(soft.grace, Some(Duration::from_secs(90)));
+        assert_eq!(e.max_pod_grace, Duration::from_secs(20));
+        assert_eq!(e.transition_period, Duration::from_secs(60));
+        for bad in [
+            "evictionHard: {memory.free: 1Gi}\n",
+            "evictionHard: {nodefs.available: 120%}\n",
+            "evictionSoft: {memory.available: 1Gi}\n",
+        ] {
+            assert!(Config::parse(bad, Path::new("c")).is_err(), "{bad}");
+        }
+        let mut flags = Config::default();
+        assert!(
+            flags
+                .apply_flag(
+                    "eviction-hard",
+                    "memory.available<500Mi,nodefs.available<5%"
+                )
+                .unwrap()
+        );
+        assert_eq!(flags.eviction.thresholds.len(), 2);
+        assert_eq!(flags.eviction.hard(Signal::NodefsAvailable, 100), Some(5));
+        assert!(
+            flags
+                .apply_flag("eviction-hard", "memory.available=1Gi")
+                .is_err()
+        );
     }
 
     #[test]

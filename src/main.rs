@@ -39,6 +39,11 @@ Flags of `run` (override the config file):
   --authentication-token-webhook BOOL
                              bearer tokens checked by TokenReview (true)
   --authorization-mode MODE  Webhook (SubjectAccessReview, default) or AlwaysAllow
+  --eviction-hard S<Q,...    hard eviction thresholds (memory.available<100Mi,
+                             nodefs.available<10%,nodefs.inodesFree<5%,
+                             imagefs.available<15%)
+  --eviction-pressure-transition-period D   how long a pressure condition
+                             outlasts its signal (5m)
   --tls-cert-file FILE --tls-private-key-file FILE   its serving certificate
   --cluster-dns IP,... --cluster-domain D   DNS of ClusterFirst pods
   --cni-conf-dir DIR         CNI network configurations (/etc/cni/net.d)

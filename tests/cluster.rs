@@ -743,9 +743,10 @@ fn an_empty_dir_over_its_size_limit_gets_the_pod_evicted() {
     assert!(agent.state.join("pods").join(uid).is_dir());
     let log = agent.log();
     assert!(
-        log.contains("filler: finished; its sandbox is released"),
+        log.contains("filler: finished; its sandbox and volumes are released"),
         "{log}"
     );
+    assert!(!agent.state.join("pods").join(uid).join("volumes").exists());
     // Never started again, not even by the next agent.
     agent.kill9();
     agent.spawn();
@@ -1241,4 +1242,282 @@ fn anonymous_requests_and_always_allow_are_opt_in() {
     let bad = ["-H", "Authorization: Bearer not-a-token"];
     assert_eq!(kubelet_call(&port, "/pods", &bad).0, 401);
     assert_eq!(access_reviews(&api), 0);
+}
+
+/// memory.available as the agent computes it: capacity less the node's
+/// working set (used less inactive file pages), from /proc/meminfo.
+fn memory_available() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib = |key: &str| -> u64 {
+        meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    };
+    (kib("MemFree") + kib("Inactive(file)")) * 1024
+}
+
+fn node_condition(api: &ApiServer, node: &str, kind: &str) -> Option<String> {
+    let n = get(api, &["get", "node", node])?;
+    let conditions = n["status"]["conditions"].as_array()?;
+    let c = conditions.iter().find(|c| c["type"] == kind)?;
+    c["status"].as_str().map(str::to_owned)
+}
+
+#[test]
+fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort_pods() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    // The threshold sits 1 GiB below what is available now, so the 2 GiB
+    // the hog writes to memory crosses it; what the rest of the machine
+    // does meanwhile moves it by far less.
+    let threshold_mib = memory_available() / (1 << 20) - 1024;
+    let hard = format!("memory.available<{threshold_mib}Mi");
+    let agent = Agent::join(&registry, &api, "edge-11", &["--eviction-hard", &hard]);
+    assert_ne!(
+        node_condition(&api, "edge-11", "MemoryPressure").as_deref(),
+        Some("True")
+    );
+    let fill = "sleep 3; dd if=/dev/zero of=/mem/fill bs=1M count=2048; echo filled; sleep 3600";
+    let manifests = format!(
+        "{}---\n{}",
+        pod_manifest(
+            "hog",
+            &image,
+            "  volumes: [{name: mem, emptyDir: {medium: Memory, sizeLimit: 3Gi}}]\n",
+            fill
+        )
+        .replace(
+            "    command:",
+            "    volumeMounts: [{name: mem, mountPath: /mem}]\n    command:"
+        ),
+        pod_manifest("steady", &image, "", "sleep 3600").replace(
+            "    command:",
+            "    resources: {requests: {memory: 64Mi}}\n    command:"
+        ),
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifests));
+    wait(&agent, "both running", T, || {
+        (running(&api, "hog") && running(&api, "steady")).then_some(())
+    });
+    let hog = wait(&agent, "the hog evicted", T, || {
+        let p = get(&api, &["get", "pod", "hog"])?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    let message = hog["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("The node was low on resource: memory. Threshold quantity: "),
+        "{message}"
+    );
+    assert!(message.contains("Pod default/hog was using"), "{message}");
+    assert_eq!(hog["status"]["phase"], "Failed");
+    wait(&agent, "MemoryPressure on the node", T, || {
+        (node_condition(&api, "edge-11", "MemoryPressure")? == "True").then_some(())
+    });
+    // Its memory is given back with its sandbox (the tmpfs goes): the pod
+    // within its request is left alone in the passes that follow.
+    wait(&agent, "the hog's memory back", T, || {
+        (memory_available() > (threshold_mib + 512) << 20).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(22));
+    assert!(
+        running(&api, "steady"),
+        "{:?}",
+        get(&api, &["get", "pod", "steady"])
+    );
+
+    // The condition holds for the transition period: BestEffort pods are
+    // refused meanwhile, others admitted.
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---\n{}",
+            pod_manifest("late", &image, "", "sleep 3600"),
+            pod_manifest("late-burstable", &image, "", "sleep 3600").replace(
+                "    command:",
+                "    resources: {requests: {memory: 16Mi}}\n    command:"
+            )
+        )),
+    );
+    let late = wait(&agent, "the BestEffort pod refused", T, || {
+        let p = get(&api, &["get", "pod", "late"])?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    assert_eq!(
+        late["status"]["message"],
+        "Pod was rejected: The node had condition: [MemoryPressure]. "
+    );
+    wait(&agent, "the Burstable pod running", T, || {
+        running(&api, "late-burstable").then_some(())
+    });
+    let metrics = api.kubectl_ok(
+        &["get", "--raw", "/api/v1/nodes/edge-11/proxy/metrics"],
+        None,
+    );
+    assert!(
+        metrics.contains("kubelet_evictions{eviction_signal=\"memory.available\"} 1"),
+        "{metrics}"
+    );
+}
+
+/// Used and total bytes of the filesystem holding `path` (df's view).
+fn fs_used_and_size(path: &std::path::Path) -> (u64, u64) {
+    let out = common::run(
+        std::process::Command::new("df")
+            .args(["-B1", "--output=used,size"])
+            .arg(path),
+    );
+    let line = out.lines().nth(1).unwrap().to_owned();
+    let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().unwrap());
+    (fields.next().unwrap(), fields.next().unwrap())
+}
+
+#[test]
+fn a_filling_disk_reclaims_unused_images_then_evicts_the_pod_filling_it() {
+    use std::io::Read;
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    // An image no pod will use once its pod is gone: reclaimed first.
+    let work = common::TempDir::new("nanolet-disk");
+    let noise = work.path().join("noise");
+    let mut bytes = Vec::new();
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .take(6 << 20)
+        .read_to_end(&mut bytes)
+        .unwrap();
+    std::fs::write(&noise, bytes).unwrap();
+    let big = registry.push(
+        "test/big:1",
+        &["--extra-file", &format!("{}:/noise", noise.display())],
+    );
+    let api = ApiServer::start();
+    let config = work.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "kind: KubeletConfiguration\nimageMinimumGCAge: 0s\nevictionHard: {nodefs.available: 60%, imagefs.available: 60%}\n",
+    )
+    .unwrap();
+    let mut agent = Agent::join_unstarted(
+        &registry,
+        &api,
+        "edge-12",
+        &["--config", config.to_str().unwrap()],
+    );
+    // The node's disk: a 128 MiB tmpfs, state, images and all.
+    std::fs::create_dir_all(&agent.state).unwrap();
+    common::run(
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=128m", "tmpfs"])
+            .arg(&agent.state),
+    );
+    agent.spawn();
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(
+            &pod_manifest("once", &big, "  restartPolicy: Never\n", "true").replace(
+                "    command:",
+                "    resources: {requests: {memory: 8Mi}}\n    command:",
+            ),
+        ),
+    );
+    wait(&agent, "the big image's pod done", T, || {
+        let p = get(&api, &["get", "pod", "once"])?;
+        (p["status"]["phase"] == "Succeeded").then_some(())
+    });
+    api.kubectl_ok(
+        &["delete", "pod", "once", "--wait=true", "--timeout=30s"],
+        None,
+    );
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest("quiet", &image, "", "sleep 3600").replace(
+            "    command:",
+            "    resources: {requests: {memory: 8Mi}}\n    command:",
+        )),
+    );
+    wait(&agent, "quiet running", T, || {
+        running(&api, "quiet").then_some(())
+    });
+
+    // Enough that deleting the big image does not bring the disk back
+    // under the threshold (60 % available): the pod must go too.
+    let (used, size) = fs_used_and_size(&agent.state);
+    let crossing = size * 4 / 10;
+    let fill_mib = (crossing.saturating_sub(used) >> 20) + 16;
+    let fill =
+        format!("dd if=/dev/zero of=/data/fill bs=1M count={fill_mib}; echo filled; sleep 3600");
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(
+            &pod_manifest(
+                "filler",
+                &image,
+                "  volumes: [{name: data, emptyDir: {}}]\n",
+                &fill,
+            )
+            .replace(
+                "    command:",
+                "    volumeMounts: [{name: data, mountPath: /data}]\n    command:",
+            ),
+        ),
+    );
+    let filler = wait(&agent, "the filler evicted", T, || {
+        let p = get(&api, &["get", "pod", "filler"])?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    let message = filler["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("The node was low on resource: ephemeral-storage. "),
+        "{message}"
+    );
+    // Images first: the unused one went before the pod did.
+    let log = agent.log();
+    let reclaimed = log
+        .find("deleted unused images")
+        .unwrap_or_else(|| panic!("no reclaim in\n{log}"));
+    assert!(
+        log[reclaimed..]
+            .lines()
+            .next()
+            .unwrap()
+            .contains("test/big:1"),
+        "{log}"
+    );
+    let evicted = log
+        .find("): The node was low on resource: ephemeral-storage")
+        .unwrap_or_else(|| panic!("no eviction in\n{log}"));
+    assert!(reclaimed < evicted, "{log}");
+    wait(&agent, "DiskPressure on the node", T, || {
+        (node_condition(&api, "edge-12", "DiskPressure")? == "True").then_some(())
+    });
+    // Its emptyDir goes with it, so the quiet pod stays.
+    wait(&agent, "the filler's disk back", T, || {
+        let (used, _) = fs_used_and_size(&agent.state);
+        (used < crossing).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(22));
+    assert!(
+        running(&api, "quiet"),
+        "{:?}",
+        get(&api, &["get", "pod", "quiet"])
+    );
+    // Under disk pressure no new pod is admitted, whatever its class.
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest("late", &image, "", "sleep 3600").replace(
+            "    command:",
+            "    resources: {requests: {memory: 8Mi}}\n    command:",
+        )),
+    );
+    let late = wait(&agent, "the late pod refused", T, || {
+        let p = get(&api, &["get", "pod", "late"])?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    assert_eq!(
+        late["status"]["message"],
+        "Pod was rejected: The node had condition: [DiskPressure]. "
+    );
 }

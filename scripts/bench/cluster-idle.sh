@@ -45,22 +45,7 @@ registry="$(scripts/registry.sh start "$work/registry")"
 scripts/build-image.sh "$work/image" --tag 1 >/dev/null
 scripts/push-image.sh "$work/image" 1 "$registry" bench/busybox:1 >/dev/null
 
-mkdir -p "$work/api"
-"$apiserver" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --dir "$work/api" \
-  >"$work/api/stdout" 2>"$work/api/log" &
-api=$!
-for _ in $(seq 1 100); do grep -q ready "$work/api/stdout" 2>/dev/null && break; sleep 0.1; done
-admin="$(cat "$work/api/admin")"
-"$apiserver" node-kubeconfig bench-node --dir "$work/api" >"$work/node.kubeconfig"
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-"$nanolet" run --state-dir "$work/state" --pod-logs-dir "$work/logs" \
-  --cgroup-root "$cgroup_root" --insecure-registry "$registry" \
-  --kubeconfig "$work/node.kubeconfig" --hostname-override bench-node \
-  --node-ip 127.0.0.1 --address 127.0.0.1 --port "$port" \
-  --client-ca-file "$work/api/ca.crt" 2>"$work/nanolet.log" &
-agent=$!
-export KUBECONFIG="$work/api/admin.kubeconfig"
-for _ in $(seq 1 100); do kubectl get node bench-node >/dev/null 2>&1 && break; sleep 0.2; done
+bench_join_cluster "$work" bench-node "$nanolet" "$apiserver" "$registry" "$cgroup_root"
 for i in 1 2 3 4 5; do
   printf 'apiVersion: v1\nkind: Pod\nmetadata: {name: p%s}\nspec:\n  containers:\n  - name: main\n    image: %s\n    command: [sleep, "100000"]\n---\n' \
     "$i" "$registry/bench/busybox:1"

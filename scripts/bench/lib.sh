@@ -4,6 +4,10 @@
 #   bench_cleanup WORK CGROUP_ROOT RUNC_ROOT...
 # Kills the pods an agent left running (monitors, runtime containers, their
 # mounts), keeping the rest of WORK: bench_cleanup_pods WORK RUNTIME_ROOT
+# Starts the test API server and an agent joined to it as NODE:
+#   bench_join_cluster WORK NODE NANOLET APISERVER REGISTRY CGROUP_ROOT
+# sets api, agent (pids), admin (the API server's admin URL) and port (the
+# kubelet API's), and exports KUBECONFIG (the admin's).
 bench_cleanup_pods() {
   local work=$1 root=$2 runtime id pidfile
   for pidfile in "$work"/state/pods/*/monitor.pid; do
@@ -37,4 +41,24 @@ bench_cleanup() {
   done
   scripts/registry.sh stop "$work/registry" >/dev/null 2>&1
   rm -rf "$work"
+}
+
+bench_join_cluster() {
+  local work=$1 node=$2 nanolet=$3 apiserver=$4 registry=$5 cgroup_root=$6
+  mkdir -p "$work/api"
+  "$apiserver" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --dir "$work/api" \
+    >"$work/api/stdout" 2>"$work/api/log" &
+  api=$!
+  for _ in $(seq 1 100); do grep -q ready "$work/api/stdout" 2>/dev/null && break; sleep 0.1; done
+  admin="$(cat "$work/api/admin")"
+  "$apiserver" node-kubeconfig "$node" --dir "$work/api" >"$work/node.kubeconfig"
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  "$nanolet" run --state-dir "$work/state" --pod-logs-dir "$work/logs" \
+    --cgroup-root "$cgroup_root" --insecure-registry "$registry" \
+    --kubeconfig "$work/node.kubeconfig" --hostname-override "$node" \
+    --node-ip 127.0.0.1 --address 127.0.0.1 --port "$port" --healthz-port 0 \
+    --client-ca-file "$work/api/ca.crt" 2>"$work/nanolet.log" &
+  agent=$!
+  export KUBECONFIG="$work/api/admin.kubeconfig"
+  for _ in $(seq 1 100); do kubectl get node "$node" >/dev/null 2>&1 && break; sleep 0.2; done
 }

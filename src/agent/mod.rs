@@ -6,6 +6,7 @@ pub mod admission;
 pub mod api_source;
 pub mod checkpoint;
 pub mod events;
+pub mod eviction;
 pub mod grpc_health;
 pub mod mirror;
 pub mod node;
@@ -74,6 +75,8 @@ pub struct Context {
     pub objects: Option<objects::ObjectSource>,
     /// The pod network's plugins and configuration.
     pub cni: Cni,
+    /// The node's pressure conditions, and what to evict.
+    pub eviction: eviction::EvictionManager,
 }
 
 struct WorkerHandle {
@@ -223,6 +226,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             .as_ref()
             .map(|c| events::EventRecorder::new(c.0.clone(), &config.node_name)),
         node_uid: Rc::default(),
+        eviction: eviction::EvictionManager::new(config.eviction.clone()),
         runtime,
         layout,
         config,
@@ -236,6 +240,9 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     crate::rt::spawn(async move { retry_ctx.cni.retry_parked().await }).detach();
     crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();
     crate::rt::spawn(collect_images(ctx.clone())).detach();
+    let candidates = eviction::Candidates::default();
+    let (evict_tx, evict_rx) = smol::channel::unbounded();
+    crate::rt::spawn(eviction::run(ctx.clone(), candidates.clone(), evict_tx)).detach();
     if ctx.config.healthz_port != 0 {
         let addr =
             std::net::SocketAddr::new(ctx.config.healthz_bind_address, ctx.config.healthz_port);
@@ -433,7 +440,20 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 .collect();
             new.sort_by_key(|p| p.manifest.metadata.creation_timestamp.clone().map(|t| t.0));
             for pod in new {
-                match admission::admit(&pod, &capacity, &mut used) {
+                let priority = pod
+                    .manifest
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.priority)
+                    .unwrap_or(0);
+                let under_pressure = eviction::admit(
+                    ctx.eviction.pressure(),
+                    pod.qos,
+                    priority >= worker::SYSTEM_CRITICAL_PRIORITY,
+                    tolerates_memory_pressure(&pod),
+                )
+                .map_err(|message| ("Evicted".to_owned(), message));
+                match under_pressure.and_then(|()| admission::admit(&pod, &capacity, &mut used)) {
                     Ok(()) => spawn_worker(pod, Timestamp::now(), &mut workers),
                     Err((reason, message)) => {
                         if rejected_reported.insert(pod.uid.clone()) {
@@ -465,9 +485,34 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             }
         }
 
+        // What the eviction manager may pick from: pods not on their way out.
+        *candidates.borrow_mut() = workers
+            .iter()
+            .filter(|(_, h)| !h.terminating)
+            .map(|(uid, h)| {
+                let priority = h
+                    .pod
+                    .manifest
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.priority)
+                    .unwrap_or(0);
+                eviction::Candidate {
+                    uid: uid.clone(),
+                    name: h.pod.full_name(),
+                    qos: h.pod.qos,
+                    priority,
+                    memory_request: h.requests.1,
+                    grace: h.pod.termination_grace,
+                    critical: !h.from_api || priority >= worker::SYSTEM_CRITICAL_PRIORITY,
+                }
+            })
+            .collect();
+
         enum Event {
             Changed,
             Done(String),
+            Evict(eviction::Order),
             Signal,
         }
         let changed = async {
@@ -493,6 +538,12 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             signals.next().await;
             Event::Signal
         };
+        let evict = async {
+            match evict_rx.recv().await {
+                Ok(order) => Event::Evict(order),
+                Err(_) => std::future::pending().await,
+            }
+        };
         // The Burstable class's weight follows its pods' CPU requests.
         let burstable_cpu: u64 = workers
             .values()
@@ -505,7 +556,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 Err(e) => log::warn!("QoS cgroups: {e}"),
             }
         }
-        match changed.or(api_change).or(done).or(signal).await {
+        match changed.or(api_change).or(done).or(evict).or(signal).await {
             Event::Changed => {
                 if let Some(mirrors) = &mirrors {
                     mirrors.poke();
@@ -521,6 +572,14 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                     status.finished(&uid);
                 }
             }
+            Event::Evict(order) => {
+                if let Some(handle) = workers.get(&order.uid) {
+                    let _ = handle.control.try_send(Control::Evict {
+                        message: order.message,
+                        grace: order.grace,
+                    });
+                }
+            }
             Event::Signal => {
                 log::info!("stopping; pods keep running and will be adopted by the next start");
                 let _ = std::fs::remove_file(ctx.layout.agent_pid());
@@ -528,6 +587,29 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             }
         }
     }
+}
+
+/// Whether a pod tolerates the memory-pressure taint (NoSchedule), which
+/// lets a BestEffort pod in under memory pressure, as upstream.
+fn tolerates_memory_pressure(pod: &Pod) -> bool {
+    let tolerations = pod
+        .manifest
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref());
+    tolerations.into_iter().flatten().any(|t| {
+        let key_matches = match t.key.as_deref() {
+            None | Some("") => t.operator.as_deref() == Some("Exists"),
+            Some(key) => key == "node.kubernetes.io/memory-pressure",
+        };
+        let effect_matches = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+        let value_matches =
+            t.operator.as_deref() == Some("Exists") || t.value.as_deref().unwrap_or("").is_empty();
+        key_matches && effect_matches && value_matches
+    })
 }
 
 /// Upstream's image GC period.

@@ -9,6 +9,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
+
+use crate::config::Signal;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -18,7 +20,7 @@ use serde_json::{Value, json};
 use super::Context;
 use crate::kube::diff::strategic_diff;
 use crate::kube::{Api, KubeError, PatchType, RetryBackoff};
-use crate::quantity::{self, format_bytes, format_millicpu};
+use crate::quantity::{format_bytes, format_millicpu};
 
 /// What does not change while the agent runs.
 #[derive(Debug, Clone)]
@@ -92,29 +94,9 @@ pub fn default_route_ip() -> Option<IpAddr> {
     })
 }
 
-fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
-}
-
-/// A threshold as evictionHard writes it: a quantity or a percentage of
-/// the capacity.
-fn threshold(ctx: &Context, signal: &str, capacity: u64) -> Option<u64> {
-    let text = ctx.config.eviction_hard.get(signal)?;
-    match text.strip_suffix('%') {
-        Some(percent) => {
-            let p: f64 = percent.trim().parse().ok()?;
-            Some((capacity as f64 * p / 100.0) as u64)
-        }
-        None => quantity::parse_bytes(text).ok(),
-    }
+/// The hard eviction threshold on `signal` for a `capacity`.
+fn threshold(ctx: &Context, signal: Signal, capacity: u64) -> Option<u64> {
+    ctx.config.eviction.hard(signal, capacity)
 }
 
 fn quantities(map: BTreeMap<&str, String>) -> BTreeMap<String, Quantity> {
@@ -155,14 +137,13 @@ pub fn allocatable(ctx: &Context) -> (u64, u64) {
     let cpu = (online_cpus() as i64 * 1000 - reserved("cpu")).max(0) as u64;
     let memory = (memory as i64
         - reserved("memory")
-        - threshold(ctx, "memory.available", memory).unwrap_or(0) as i64)
+        - threshold(ctx, Signal::MemoryAvailable, memory).unwrap_or(0) as i64)
         .max(0) as u64;
     (cpu, memory)
 }
 
-/// The node's status now. Pressure conditions compare the eviction
-/// signals with the hard thresholds; the transition period and eviction
-/// itself are not done yet.
+/// The node's status now; the pressure conditions are the eviction
+/// manager's.
 pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::NodeStatus {
     let config = &ctx.config;
     let fs = crate::stats::fs::FsUsage::of(&ctx.layout.root).ok();
@@ -182,25 +163,15 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
     let storage_alloc = floor(
         storage as i64
             - reserved("ephemeral-storage")
-            - threshold(ctx, "nodefs.available", storage).unwrap_or(0) as i64,
+            - threshold(ctx, Signal::NodefsAvailable, storage).unwrap_or(0) as i64,
     );
     let mut allocatable = capacity.clone();
     allocatable.insert("cpu", format_millicpu(cpu_alloc));
     allocatable.insert("memory", format_bytes(mem_alloc));
     allocatable.insert("ephemeral-storage", format_bytes(storage_alloc));
 
-    let memory_pressure = match (
-        mem_available(),
-        threshold(ctx, "memory.available", facts.memory),
-    ) {
-        (Some(available), Some(limit)) => available < limit,
-        _ => false,
-    };
-    let disk_pressure = fs.as_ref().is_some_and(|f| {
-        threshold(ctx, "nodefs.available", f.capacity).is_some_and(|t| f.available < t)
-            || threshold(ctx, "imagefs.available", f.capacity).is_some_and(|t| f.available < t)
-            || threshold(ctx, "nodefs.inodesFree", f.inodes).is_some_and(|t| f.inodes_free < t)
-    });
+    let pressure = ctx.eviction.pressure();
+    let (memory_pressure, disk_pressure) = (pressure.memory, pressure.disk);
     let conditions = vec![
         if memory_pressure {
             condition(
@@ -236,13 +207,23 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
                 now,
             )
         },
-        condition(
-            "PIDPressure",
-            false,
-            "KubeletHasSufficientPID",
-            "kubelet has sufficient PID available",
-            now,
-        ),
+        if pressure.pid {
+            condition(
+                "PIDPressure",
+                true,
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+                now,
+            )
+        } else {
+            condition(
+                "PIDPressure",
+                false,
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+                now,
+            )
+        },
         match runtime_problem(&config.runtime_path) {
             None => condition(
                 "Ready",

@@ -39,6 +39,9 @@ pub enum Control {
     /// The pod changed in the API server (a container's image, labels,
     /// annotations): containers whose image changed are restarted with it.
     Update(Box<Pod>),
+    /// The eviction manager ends the pod: stopped within `grace` (zero:
+    /// killed at once), failed with reason Evicted.
+    Evict { message: String, grace: Duration },
 }
 
 struct ContainerState {
@@ -107,7 +110,7 @@ const STORAGE_CHECK: Duration = Duration::from_secs(10);
 
 /// Upstream's `scheduling.SystemCriticalPriority`: pods at or above it are
 /// never evicted.
-const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
 /// Where an evicted pod's reason is kept, so that no restart of the agent
 /// runs it again.
@@ -295,6 +298,11 @@ impl Worker {
     async fn on_control(&mut self, control: Option<Control>) {
         match control {
             Some(Control::Update(pod)) => self.on_update(*pod).await,
+            Some(Control::Evict { message, grace }) => {
+                if self.evicted.is_none() {
+                    self.evict(message, grace).await;
+                }
+            }
             Some(Control::Terminate { grace }) => {
                 self.terminating = true;
                 if let Some(grace) = grace {
@@ -1015,7 +1023,7 @@ impl Worker {
                     let message = format!(
                         "Usage of EmptyDir volume {name:?} exceeds the limit {written:?}. "
                     );
-                    self.evict(message).await;
+                    self.evict(message, Duration::ZERO).await;
                     return;
                 }
                 Ok(_) => {}
@@ -1027,8 +1035,9 @@ impl Worker {
     }
 
     /// Ends the pod for good, as upstream's eviction manager does: its
-    /// containers are killed at once and it fails with reason Evicted.
-    async fn evict(&mut self, message: String) {
+    /// containers are stopped within `grace` (killed at once for a hard
+    /// threshold) and it fails with reason Evicted.
+    async fn evict(&mut self, message: String, grace: Duration) {
         let name = self.pod.full_name();
         log::warn!("pod {name}: evicted: {message}");
         self.event(None, EventType::Warning, "Evicted", message.clone());
@@ -1038,8 +1047,34 @@ impl Worker {
             log::error!("pod {name}: recording its eviction: {e}");
         }
         self.evicted = Some(message);
-        self.kill_all_now().await;
+        if grace.is_zero() {
+            self.kill_all_now().await;
+        } else {
+            self.stop_all_within(grace).await;
+        }
         self.write_status();
+    }
+
+    /// The stop signal to every running instance, SIGKILL after `grace`
+    /// (the pass enforces it), nothing started again.
+    async fn stop_all_within(&mut self, grace: Duration) {
+        let kill_at = Instant::now() + grace;
+        for i in 0..self.containers.len() {
+            let c = &mut self.containers[i];
+            c.probes.stop();
+            c.retry_at = None;
+            let Some(id) = c.record.view.container_id.clone() else {
+                continue;
+            };
+            if c.record.view.terminated.is_some() {
+                continue;
+            }
+            c.kill_at = Some(kill_at);
+            let signal = c.record.stop_signal();
+            if let Err(e) = self.ctx.runtime.kill(&id, &signal).await {
+                log::warn!("pod {}: {e}", self.pod.full_name());
+            }
+        }
     }
 
     /// Whether nothing of the pod runs or will run again: it succeeded, it
@@ -1058,9 +1093,9 @@ impl Worker {
     }
 
     /// As upstream stops the sandbox of a pod that has finished: its
-    /// network gives the address (and any hostPort) back, its namespaces
-    /// and pause go, and so does its monitor. Its status, logs and dir stay
-    /// until the pod is deleted.
+    /// network gives the address (and any hostPort) back, its namespaces,
+    /// pause and volumes go, and so does its monitor. Its status, logs and
+    /// dir stay until the pod is deleted.
     async fn release_sandbox(&mut self) {
         self.sandbox_released = true;
         let name = self.pod.full_name();
@@ -1069,9 +1104,16 @@ impl Worker {
         {
             log::warn!("pod {name}: {e}");
         }
-        match sandbox::teardown(&self.dir, &self.ctx.cni).await {
-            Ok(()) => log::info!("pod {name}: finished; its sandbox is released"),
-            Err(e) => log::warn!("pod {name}: releasing its sandbox: {e}"),
+        if let Err(e) = sandbox::teardown(&self.dir, &self.ctx.cni).await {
+            log::warn!("pod {name}: releasing its sandbox: {e}");
+            return;
+        }
+        // Its volumes are torn down as upstream's are for a terminated
+        // pod: an evicted pod's emptyDir must give its disk back.
+        let volumes = self.dir.join("volumes");
+        match smol::unblock(move || crate::state::remove_tree(&volumes)).await {
+            Ok(()) => log::info!("pod {name}: finished; its sandbox and volumes are released"),
+            Err(e) => log::warn!("pod {name}: removing its volumes: {e}"),
         }
     }
 
@@ -1093,9 +1135,6 @@ impl Worker {
 
     /// One level-triggered pass; true if it started a container.
     async fn sync(&mut self) -> bool {
-        if self.evicted.is_some() {
-            return false;
-        }
         let now = Instant::now();
         for c in &mut self.containers {
             if c.retry_at.is_some_and(|t| t <= now) {
@@ -1113,6 +1152,10 @@ impl Worker {
                     log::warn!("pod {}: {e}", self.pod.full_name());
                 }
             }
+        }
+        // An evicted pod's stop deadlines still hold; nothing starts.
+        if self.evicted.is_some() {
+            return false;
         }
         self.stop_sidecars_when_done().await;
         let n_init = self.pod.init_containers.len();

@@ -174,6 +174,21 @@ impl ImageService {
         Ok(report)
     }
 
+    /// The eviction manager's node-level reclaim under disk pressure, as
+    /// upstream's DeleteUnusedImages: every image no pod uses (past the
+    /// minimum age, not pinned) goes, whatever the thresholds say.
+    pub async fn delete_unused(&self, in_use: &HashSet<String>) -> Result<Vec<String>, ImageError> {
+        let records = self.store.records()?;
+        let unused: Vec<String> = self
+            .gc
+            .candidates(&records, in_use, Timestamp::now())
+            .iter()
+            .map(|r| r.reference.clone())
+            .collect();
+        self.delete(&unused, Duration::ZERO).await?;
+        Ok(unused)
+    }
+
     /// Deletes images (and anything unreferenced): the records and renames
     /// in one synchronous step on the loop, so that no pull can check for a
     /// layer between the two; the removal itself off it.

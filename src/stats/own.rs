@@ -6,6 +6,8 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::config::Signal;
+
 /// Upper bounds (seconds) of the loop-lag histogram's buckets.
 const LAG_BUCKETS: [f64; 8] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0];
 
@@ -17,6 +19,8 @@ static PULLS_OK: AtomicU64 = AtomicU64::new(0);
 static PULLS_FAILED: AtomicU64 = AtomicU64::new(0);
 static GC_RUNS: AtomicU64 = AtomicU64::new(0);
 static GC_DELETED: AtomicU64 = AtomicU64::new(0);
+/// Evictions by signal, in `Signal::ALL`'s order.
+static EVICTIONS: [AtomicU64; Signal::ALL.len()] = [const { AtomicU64::new(0) }; Signal::ALL.len()];
 
 /// One sample of how late a timer fired on the loop.
 pub fn observe_loop_lag(lag: Duration) {
@@ -38,6 +42,13 @@ pub fn pull_finished(ok: bool) {
 pub fn image_gc_ran(deleted: usize) {
     GC_RUNS.fetch_add(1, Ordering::Relaxed);
     GC_DELETED.fetch_add(deleted as u64, Ordering::Relaxed);
+}
+
+/// A pod evicted for `signal`.
+pub fn evicted(signal: Signal) {
+    if let Some(i) = Signal::ALL.iter().position(|s| *s == signal) {
+        EVICTIONS[i].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The text of `/metrics`.
@@ -94,6 +105,20 @@ pub fn render() -> String {
     );
     let _ = writeln!(out, "# TYPE nanolet_image_gc_deleted_total counter");
     let _ = writeln!(out, "nanolet_image_gc_deleted_total {}", get(&GC_DELETED));
+    // Upstream's name and label.
+    let _ = writeln!(
+        out,
+        "# HELP kubelet_evictions Cumulative number of pod evictions by eviction signal"
+    );
+    let _ = writeln!(out, "# TYPE kubelet_evictions counter");
+    for (signal, count) in Signal::ALL.iter().zip(&EVICTIONS) {
+        let _ = writeln!(
+            out,
+            "kubelet_evictions{{eviction_signal=\"{}\"}} {}",
+            signal.name(),
+            get(count)
+        );
+    }
     out
 }
 

@@ -248,6 +248,18 @@ impl Agent {
         node: &str,
         extra: &[&str],
     ) -> Agent {
+        let mut agent = Self::join_unstarted(registry, api, node, extra);
+        agent.spawn();
+        agent
+    }
+
+    /// [`Agent::join`] but not started: [`Agent::spawn`] starts it.
+    pub fn join_unstarted(
+        registry: &Registry,
+        api: &apiserver::ApiServer,
+        node: &str,
+        extra: &[&str],
+    ) -> Agent {
         let kubeconfig = api.dir.join(format!("{node}.kubeconfig"));
         let text = run(Command::new(apiserver::binary())
             .args(["node-kubeconfig", node, "--dir"])
@@ -270,7 +282,7 @@ impl Agent {
         let ca = api.dir.join("ca.crt");
         args.push(ca.to_str().unwrap());
         args.extend_from_slice(extra);
-        Self::start_with(registry, &args)
+        Self::unstarted(registry, None, &args)
     }
 
     pub fn spawn(&mut self) {
