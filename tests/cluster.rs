@@ -1316,6 +1316,18 @@ fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort_pods(
     wait(&agent, "MemoryPressure on the node", T, || {
         (node_condition(&api, "edge-11", "MemoryPressure")? == "True").then_some(())
     });
+    // And a Warning about the node, as upstream's.
+    let events = wait(&agent, "the node's EvictionThresholdMet event", T, || {
+        let events = get(&api, &["get", "events"])?;
+        events["items"]
+            .as_array()?
+            .iter()
+            .find(|e| e["reason"] == "EvictionThresholdMet")
+            .cloned()
+    });
+    assert_eq!(events["involvedObject"]["kind"], "Node");
+    assert_eq!(events["involvedObject"]["name"], "edge-11");
+    assert_eq!(events["message"], "Attempting to reclaim memory");
     // Its memory is given back with its sandbox (the tmpfs goes): the pod
     // within its request is left alone in the passes that follow.
     wait(&agent, "the hog's memory back", T, || {
@@ -1520,4 +1532,74 @@ fn a_filling_disk_reclaims_unused_images_then_evicts_the_pod_filling_it() {
         late["status"]["message"],
         "Pod was rejected: The node had condition: [DiskPressure]. "
     );
+}
+
+/// A self-signed certificate and key for `name`, written to `dir` (the
+/// files are replaced in one rename each, as a renewal would).
+fn write_serving_pair(
+    dir: &std::path::Path,
+    name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
+    let (new_cert, new_key) = (dir.join("new.crt"), dir.join("new.key"));
+    common::run(std::process::Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        &format!("/CN={name}"),
+        "-keyout",
+        new_key.to_str().unwrap(),
+        "-out",
+        new_cert.to_str().unwrap(),
+    ]));
+    std::fs::rename(&new_cert, &cert).unwrap();
+    std::fs::rename(&new_key, &key).unwrap();
+    (cert, key)
+}
+
+/// The subject of the certificate a TLS server on `port` presents.
+fn served_subject(port: &str) -> String {
+    let script = format!(
+        "openssl s_client -connect 127.0.0.1:{port} </dev/null 2>/dev/null | openssl x509 -noout -subject"
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_renewed_serving_certificate_is_served_without_a_restart() {
+    let registry = Registry::start();
+    let api = ApiServer::start();
+    let work = common::TempDir::new("nanolet-serving");
+    let (cert, key) = write_serving_pair(work.path(), "first.edge-13");
+    let agent = Agent::join(
+        &registry,
+        &api,
+        "edge-13",
+        &[
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-private-key-file",
+            key.to_str().unwrap(),
+        ],
+    );
+    let port = kubelet_port(&api, &agent, "edge-13");
+    assert_eq!(served_subject(&port), "subject=CN = first.edge-13");
+    write_serving_pair(work.path(), "second.edge-13");
+    wait(&agent, "the renewed certificate served", T, || {
+        (served_subject(&port) == "subject=CN = second.edge-13").then_some(())
+    });
+    // The API server still gets through, and the agent kept running.
+    let pods = api.kubectl_ok(&["get", "--raw", "/api/v1/nodes/edge-13/proxy/pods"], None);
+    assert!(pods.contains("PodList"), "{pods}");
 }

@@ -1696,6 +1696,14 @@ fn shared_process_namespace_has_pause_as_pid_1_and_outlives_its_loss() {
     };
     let first = pause_pid();
     assert!(first > 0);
+    // In a cgroup of its own under the pod's, as upstream's pause is.
+    let cgroups = fs::read_to_string(format!("/proc/{first}/cgroup")).unwrap();
+    assert!(
+        cgroups
+            .lines()
+            .any(|l| l.ends_with(&format!("/pod{uid}/pause"))),
+        "{cgroups}"
+    );
 
     // Killing the pause kills the pod's processes with it; the pod comes
     // back in a new namespace under a new pause.

@@ -30,9 +30,12 @@ pub enum EventType {
     Warning,
 }
 
-/// The object an event is about: a pod, or one of its containers.
+/// The object an event is about: a pod, one of its containers, or the
+/// node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Involved {
+    /// `Pod` or `Node`.
+    pub kind: &'static str,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -125,6 +128,19 @@ impl EventRecorder {
         true
     }
 
+    /// An event about the node itself, referred to as upstream does (its
+    /// name as UID, kept in the default namespace).
+    pub fn record_node(&self, kind: EventType, reason: &str, message: String) {
+        let involved = Involved {
+            kind: "Node",
+            namespace: String::new(),
+            name: self.node.clone(),
+            uid: self.node.clone(),
+            field_path: None,
+        };
+        self.record(involved, kind, reason, message);
+    }
+
     /// Forgets a pod's aggregation and rate-limit state once it is gone.
     pub fn forget(&self, uid: &str) {
         self.buckets.borrow_mut().remove(uid);
@@ -156,7 +172,10 @@ impl EventRecorder {
     }
 
     async fn send(&self, event: &Pending) -> Result<(), crate::kube::KubeError> {
-        let ns = &event.involved.namespace;
+        let ns = match event.involved.kind {
+            "Node" => "default",
+            _ => event.involved.namespace.as_str(),
+        };
         let key = (
             event.involved.clone(),
             event.reason.clone(),
@@ -197,12 +216,14 @@ impl EventRecorder {
             event.at.as_nanosecond().max(0)
         );
         let mut involved = json!({
-            "kind": "Pod",
-            "namespace": ns,
+            "kind": event.involved.kind,
             "name": event.involved.name,
             "uid": event.involved.uid,
             "apiVersion": "v1",
         });
+        if !event.involved.namespace.is_empty() {
+            involved["namespace"] = json!(event.involved.namespace);
+        }
         if let Some(path) = &event.involved.field_path {
             involved["fieldPath"] = json!(path);
         }

@@ -432,6 +432,13 @@ pub async fn run(ctx: Rc<Context>, candidates: Candidates, orders: smol::channel
 /// crossed, the pod to evict.
 async fn act_on(ctx: &Context, crossed: &Crossed, candidates: &[Candidate]) -> Option<Order> {
     let signal = crossed.threshold.signal;
+    if let Some(events) = &ctx.events {
+        events.record_node(
+            super::events::EventType::Warning,
+            "EvictionThresholdMet",
+            format!("Attempting to reclaim {}", resource(signal)),
+        );
+    }
     let mut crossed = crossed.clone();
     let measured = if condition(signal) == Condition::Disk {
         let pods = ctx.layout.pods();

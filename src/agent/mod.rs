@@ -634,10 +634,14 @@ async fn collect_images(ctx: Rc<Context>) {
                     );
                 }
                 if report.short {
-                    log::warn!(
-                        "image GC: the image filesystem is still {:?}% used after deleting every unused image",
+                    let message = format!(
+                        "the image filesystem is still {:?}% used after deleting every unused image",
                         percent(report.after)
                     );
+                    log::warn!("image GC: {message}");
+                    if let Some(events) = &ctx.events {
+                        events.record_node(events::EventType::Warning, "ImageGCFailed", message);
+                    }
                 }
             }
             Err(e) => log::warn!("image GC: {e}"),

@@ -100,6 +100,8 @@ pub struct Worker {
     /// The pod ran to its end and gave its sandbox back (see
     /// `release_sandbox`); its IPs stay in its status.
     sandbox_released: bool,
+    /// Its start was counted (or it started under an earlier agent).
+    start_observed: bool,
 }
 
 /// The host file behind a container's terminationMessagePath, in its bundle.
@@ -209,6 +211,7 @@ impl Worker {
             grace_override: None,
             stopped: false,
             sandbox_released: false,
+            start_observed: false,
             completing: false,
             last_status: None,
             sandbox_backoff: Backoff::default(),
@@ -400,6 +403,7 @@ impl Worker {
             .containers
             .iter()
             .any(|c| c.record.view.container_id.is_some());
+        self.start_observed = has_instances;
         if !has_instances {
             return;
         }
@@ -553,6 +557,7 @@ impl Worker {
         };
         events.record(
             Involved {
+                kind: "Pod",
                 namespace: self.pod.namespace.clone(),
                 name: self.pod.name.clone(),
                 uid: self.pod.uid.clone(),
@@ -913,6 +918,16 @@ impl Worker {
                     self.start_over_in_new_sandbox();
                     self.save_containers();
                     sandbox::recreation_handled(&self.dir).map_err(|e| e.to_string())?;
+                }
+                if let Some(pid) = paths
+                    .pid_ns
+                    .as_ref()
+                    .and_then(|_| crate::runtime::pause::pid(&self.dir.join("ns")))
+                {
+                    self.ctx
+                        .cgroups
+                        .adopt_pause(self.pod.qos, &self.pod.uid, pid)
+                        .map_err(|e| e.to_string())?;
                 }
                 self.paths = Some(paths);
             }
@@ -1986,6 +2001,11 @@ impl Worker {
         status::carry_transition_times(self.last_status.as_ref(), &mut status);
         if self.last_status.as_ref() == Some(&status) {
             return;
+        }
+        if !self.start_observed && status.phase.as_deref() == Some("Running") {
+            self.start_observed = true;
+            let since = Timestamp::now().duration_since(self.admitted);
+            crate::stats::own::pod_started(since.try_into().unwrap_or_default());
         }
         let record = PodRecord {
             uid: self.pod.uid.clone(),

@@ -110,6 +110,35 @@ impl Hierarchy {
         format!("{}/{container_id}", self.pod_path(qos, uid))
     }
 
+    /// Moves the pod's pause (PID 1 of a shared PID namespace) into a
+    /// cgroup of its own under the pod's, as upstream's pause container
+    /// is: its memory and PIDs count against the pod, and cgroup v2 allows
+    /// no process in the pod's cgroup itself. In every hierarchy the pod
+    /// has a cgroup in; writing the pid again is harmless.
+    pub fn adopt_pause(&self, qos: QosClass, uid: &str, pid: i32) -> Result<(), CgroupError> {
+        let pod = self.pod_path(qos, uid);
+        for mount in cgroup_mounts() {
+            let pod_dir = mount.join(pod.trim_start_matches('/'));
+            if !pod_dir.is_dir() {
+                continue;
+            }
+            let dir = pod_dir.join("pause");
+            let failed = |path: &Path| {
+                let path = path.to_owned();
+                move |source| CgroupError { path, source }
+            };
+            match fs::create_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(failed(&dir)(e)),
+            }
+            inherit_cpuset(&mount, &dir)?;
+            let procs = dir.join("cgroup.procs");
+            fs::write(&procs, pid.to_string()).map_err(failed(&procs))?;
+        }
+        Ok(())
+    }
+
     /// Removes a pod's cgroup directories in every mounted hierarchy. The
     /// runtime removed the containers' own; what remains must be empty. A
     /// pod cgroup that is already gone is fine.
@@ -176,6 +205,32 @@ fn cgroup_mounts() -> Vec<PathBuf> {
             (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mount_point))
         })
         .collect()
+}
+
+/// A v1 cpuset cgroup starts with no CPUs and no memory nodes and takes no
+/// process so: each level from the hierarchy's root down to `dir` gets its
+/// parent's where it has none, as runc fills the ones it creates.
+fn inherit_cpuset(mount: &Path, dir: &Path) -> Result<(), CgroupError> {
+    let Ok(relative) = dir.strip_prefix(mount) else {
+        return Ok(());
+    };
+    let mut parent = mount.to_owned();
+    for part in relative.components() {
+        let child = parent.join(part);
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            let Ok(own) = fs::read_to_string(child.join(file)) else {
+                continue;
+            };
+            if !own.trim().is_empty() {
+                continue;
+            }
+            let inherited = fs::read_to_string(parent.join(file)).unwrap_or_default();
+            let path = child.join(file);
+            fs::write(&path, inherited.trim()).map_err(|source| CgroupError { path, source })?;
+        }
+        parent = child;
+    }
+    Ok(())
 }
 
 /// rmdir of a cgroup tree, deepest first (cgroup dirs hold only virtual

@@ -171,6 +171,7 @@ impl Api {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(ct));
         }
         self.requests.set(self.requests.get() + 1);
+        let verb = method.clone();
         let result = async {
             let response = self
                 .http
@@ -190,6 +191,11 @@ impl Api {
             Err(e) if e.is_unavailable() => self.outage.borrow_mut().failed(e),
             _ => self.outage.borrow_mut().succeeded(),
         }
+        let code = match &result {
+            Ok((_, response)) => Some(response.status().as_u16()),
+            Err(e) => e.code(),
+        };
+        crate::stats::own::api_request(verb.as_str(), code);
         result
     }
 

@@ -124,6 +124,11 @@ pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<bool, SandboxErr
     held.map(|()| true)
 }
 
+/// The pid of the pod's pause, while it runs.
+pub fn pid(ns_dir: &Path) -> Option<i32> {
+    recorded_pause(ns_dir).map(Pid::as_raw)
+}
+
 fn recorded_pid(ns_dir: &Path) -> Option<i32> {
     fs::read_to_string(ns_dir.join(PID_FILE))
         .ok()?

@@ -6,11 +6,12 @@
 
 pub mod auth;
 pub mod client_cert;
+pub mod serving_cert;
 
 use std::convert::Infallible;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +25,8 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
+use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use smol::Async;
 
 use self::auth::{Attributes, Authority, Refusal, UserInfo};
@@ -69,64 +70,9 @@ fn text(status: StatusCode, message: &str) -> Response<Body> {
     full(status, "text/plain; charset=utf-8", format!("{message}\n"))
 }
 
-fn tls_err(path: &Path) -> impl Fn(String) -> ServerError + '_ {
-    move |message| ServerError::Tls {
-        path: path.to_owned(),
-        message,
-    }
-}
-
-/// The serving certificate: from the configured files, else a self-signed
-/// one for the node's names, made once and kept under the state dir (as
-/// upstream keeps its own in --cert-dir).
-fn serving_identity(
-    ctx: &Context,
-) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ServerError> {
-    let (cert_path, key_path) = match (&ctx.config.tls_cert_file, &ctx.config.tls_private_key_file)
-    {
-        (Some(c), Some(k)) => (c.clone(), k.clone()),
-        _ => {
-            let dir = ctx.layout.root.join("pki");
-            let cert = dir.join("kubelet.crt");
-            let key = dir.join("kubelet.key");
-            if !cert.exists() || !key.exists() {
-                let mut names = vec![ctx.config.node_name.clone(), "localhost".to_owned()];
-                if let Some(ip) = ctx.host_ip {
-                    names.push(ip.to_string());
-                }
-                let made = rcgen::generate_simple_self_signed(names)
-                    .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
-                crate::state::create_dir_all(&dir, 0o700)
-                    .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
-                for (path, text, mode) in [
-                    (&key, made.signing_key.serialize_pem(), 0o600),
-                    (&cert, made.cert.pem(), 0o644),
-                ] {
-                    crate::state::write_atomic(
-                        path,
-                        text.as_bytes(),
-                        mode,
-                        crate::state::Durability::PowerLoss,
-                    )
-                    .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
-                }
-                log::info!("made a self-signed serving certificate {}", cert.display());
-            }
-            (cert, key)
-        }
-    };
-    let certs = CertificateDer::pem_file_iter(&cert_path)
-        .map_err(|e| tls_err(&cert_path)(e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| tls_err(&cert_path)(e.to_string()))?;
-    let key =
-        PrivateKeyDer::from_pem_file(&key_path).map_err(|e| tls_err(&key_path)(e.to_string()))?;
-    Ok((certs, key))
-}
-
 fn tls_config(ctx: &Context) -> Result<Arc<ServerConfig>, ServerError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let (certs, key) = serving_identity(ctx)?;
+    let serving = serving_cert::ServingCert::for_node(ctx, provider.clone())?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
@@ -134,24 +80,24 @@ fn tls_config(ctx: &Context) -> Result<Arc<ServerConfig>, ServerError> {
         Some(path) => {
             let mut roots = RootCertStore::empty();
             for cert in
-                CertificateDer::pem_file_iter(path).map_err(|e| tls_err(path)(e.to_string()))?
+                CertificateDer::pem_file_iter(path).map_err(|e| serving_cert::tls_err(path, e))?
             {
-                let cert = cert.map_err(|e| tls_err(path)(e.to_string()))?;
-                roots.add(cert).map_err(|e| tls_err(path)(e.to_string()))?;
+                let cert = cert.map_err(|e| serving_cert::tls_err(path, e))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| serving_cert::tls_err(path, e))?;
             }
             // Unauthenticated clients get through the handshake and then a
             // 401, as upstream answers them.
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
                 .build()
-                .map_err(|e| tls_err(path)(e.to_string()))?;
+                .map_err(|e| serving_cert::tls_err(path, e))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
+    let mut config = builder.with_cert_resolver(Arc::new(serving));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
