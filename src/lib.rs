@@ -5,6 +5,7 @@ pub mod agent;
 pub mod cgroup;
 pub mod cli;
 pub mod config;
+pub mod helpers;
 pub mod http;
 pub mod image;
 pub mod kube;

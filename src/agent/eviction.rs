@@ -289,7 +289,7 @@ async fn measure(ctx: &Context, detail: PodDetail) -> Measured {
     let cgroups = ctx.cgroups.clone();
     let logs = ctx.config.pod_logs_dir.clone();
     let capacity = ctx.memory_capacity;
-    smol::unblock(move || {
+    crate::helpers::unblock(move || {
         let snapshot = match detail {
             PodDetail::None => crate::stats::Snapshot {
                 at: jiff::Timestamp::now(),
@@ -442,7 +442,7 @@ async fn act_on(ctx: &Context, crossed: &Crossed, candidates: &[Candidate]) -> O
     let mut crossed = crossed.clone();
     let measured = if condition(signal) == Condition::Disk {
         let pods = ctx.layout.pods();
-        let in_use = smol::unblock(move || super::checkpoint::images_in_use(&pods)).await;
+        let in_use = crate::helpers::unblock(move || super::checkpoint::images_in_use(&pods)).await;
         match ctx.images.delete_unused(&in_use).await {
             Ok(deleted) if !deleted.is_empty() => {
                 log::info!(

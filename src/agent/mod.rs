@@ -620,7 +620,7 @@ const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 async fn collect_images(ctx: Rc<Context>) {
     loop {
         let pods = ctx.layout.pods();
-        let in_use = smol::unblock(move || checkpoint::images_in_use(&pods)).await;
+        let in_use = crate::helpers::unblock(move || checkpoint::images_in_use(&pods)).await;
         match ctx.images.collect_garbage(&in_use).await {
             Ok(report) => {
                 crate::stats::own::image_gc_ran(report.deleted.len());

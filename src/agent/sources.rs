@@ -127,7 +127,7 @@ impl ManifestSource {
         let dir = self.dir.clone();
         let max_pods = self.max_pods;
         let suffix = self.node_suffix.clone();
-        smol::unblock(move || {
+        crate::helpers::unblock(move || {
             let mut scan = scan_dir(&dir, max_pods)?;
             if let Some(node) = suffix {
                 for pod in &mut scan.pods {

@@ -366,7 +366,8 @@ impl Worker {
             manifest: self.pod.manifest.clone(),
         };
         let dir = self.dir.clone();
-        if let Err(e) = smol::unblock(move || checkpoint::write_checkpoint(&dir, &checkpoint)).await
+        if let Err(e) =
+            crate::helpers::unblock(move || checkpoint::write_checkpoint(&dir, &checkpoint)).await
         {
             log::error!("pod {name}: {e}");
         }
@@ -385,7 +386,8 @@ impl Worker {
                 manifest: self.pod.manifest.clone(),
             };
             // It is fsynced, which can take long on SD cards: off the loop.
-            smol::unblock(move || checkpoint::write_checkpoint(&dir, &checkpoint)).await?;
+            crate::helpers::unblock(move || checkpoint::write_checkpoint(&dir, &checkpoint))
+                .await?;
             log::info!(
                 "pod {} admitted from {}",
                 self.pod.full_name(),
@@ -695,7 +697,9 @@ impl Worker {
         if objects != self.objects {
             let dir = self.dir.clone();
             let saved = objects.clone();
-            if let Err(e) = smol::unblock(move || checkpoint::write_objects(&dir, &saved)).await {
+            if let Err(e) =
+                crate::helpers::unblock(move || checkpoint::write_objects(&dir, &saved)).await
+            {
                 log::error!("pod {}: {e}", self.pod.full_name());
             }
             self.objects = objects;
@@ -1032,7 +1036,8 @@ impl Worker {
         }
         self.storage_check_at = Some(now + STORAGE_CHECK);
         for (name, dir, limit, written) in volumes {
-            let used = smol::unblock(move || crate::runtime::disk_usage::disk_usage(&dir)).await;
+            let used =
+                crate::helpers::unblock(move || crate::runtime::disk_usage::disk_usage(&dir)).await;
             match used {
                 Ok(used) if used > limit => {
                     let message = format!(
@@ -1058,7 +1063,7 @@ impl Worker {
         self.event(None, EventType::Warning, "Evicted", message.clone());
         let marker = dir_evicted(&self.dir);
         let text = message.clone();
-        if let Err(e) = smol::unblock(move || std::fs::write(&marker, text)).await {
+        if let Err(e) = crate::helpers::unblock(move || std::fs::write(&marker, text)).await {
             log::error!("pod {name}: recording its eviction: {e}");
         }
         self.evicted = Some(message);
@@ -1126,7 +1131,7 @@ impl Worker {
         // Its volumes are torn down as upstream's are for a terminated
         // pod: an evicted pod's emptyDir must give its disk back.
         let volumes = self.dir.join("volumes");
-        match smol::unblock(move || crate::state::remove_tree(&volumes)).await {
+        match crate::helpers::unblock(move || crate::state::remove_tree(&volumes)).await {
             Ok(()) => log::info!("pod {name}: finished; its sandbox and volumes are released"),
             Err(e) => log::warn!("pod {name}: removing its volumes: {e}"),
         }
@@ -2209,7 +2214,7 @@ pub async fn remove_pod_state(
         log::warn!("pod {uid}: {e}");
     }
     let (dir, log_dir) = (dir.to_owned(), log_dir.to_owned());
-    let removed = smol::unblock(move || {
+    let removed = crate::helpers::unblock(move || {
         crate::state::remove_tree(&log_dir)?;
         crate::state::remove_tree(&dir)
     })

@@ -122,7 +122,7 @@ impl ImageService {
     pub async fn collect_garbage(&self, in_use: &HashSet<String>) -> Result<GcReport, ImageError> {
         let root = self.store.root().to_owned();
         let statfs = |root: PathBuf| async move {
-            smol::unblock(move || {
+            crate::helpers::unblock(move || {
                 FsUsage::of(&root).map_err(|source| ImageError::Statfs { path: root, source })
             })
             .await
@@ -209,7 +209,7 @@ impl ImageService {
             self.store
                 .delete_images(references, &protected, self.gc.min_age, partial_age)?;
         drop(index);
-        smol::unblock(move || {
+        crate::helpers::unblock(move || {
             for dir in moved {
                 let removed = if dir.is_dir() {
                     state::remove_tree(&dir)

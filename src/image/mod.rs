@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use futures_lite::AsyncWriteExt;
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use smol::lock::{Mutex, Semaphore};
@@ -245,8 +244,67 @@ impl Drop for InFlight<'_> {
 
 const MAX_CONFIG: usize = 4 << 20;
 
-/// What a blob download holds on its way to the disk.
-const WRITE_BUFFER: usize = 256 << 10;
+/// Chunks a blob download holds on their way to the disk (hyper hands
+/// them over in at most 16 KiB): 256 KiB at most.
+const WRITE_QUEUE: usize = 16;
+
+enum WriteOp {
+    Chunk(bytes::Bytes),
+    /// The registry sends the whole blob again: the file and hash restart.
+    StartOver,
+}
+
+/// A blob's writes and hashing on a helper thread, fed through a bounded
+/// queue: the loop neither writes nor hashes, and a slow disk holds back
+/// the download rather than filling memory.
+struct BlobWriter {
+    ops: Option<smol::channel::Sender<WriteOp>>,
+    job: smol::Task<std::io::Result<HashingFile>>,
+}
+
+impl BlobWriter {
+    fn start(mut file: HashingFile) -> BlobWriter {
+        let (ops, queue) = smol::channel::bounded(WRITE_QUEUE);
+        let job = crate::rt::spawn(crate::helpers::unblock(move || {
+            while let Ok(op) = queue.recv_blocking() {
+                match op {
+                    WriteOp::Chunk(bytes) => std::io::Write::write_all(&mut file, &bytes)?,
+                    WriteOp::StartOver => {
+                        file.file.set_len(0)?;
+                        file.hasher = Sha256::new();
+                    }
+                }
+            }
+            Ok(file)
+        }));
+        BlobWriter {
+            ops: Some(ops),
+            job,
+        }
+    }
+
+    async fn send(&mut self, op: WriteOp) -> std::io::Result<()> {
+        let sent = match &self.ops {
+            Some(ops) => ops.send(op).await.is_ok(),
+            None => false,
+        };
+        if sent {
+            return Ok(());
+        }
+        // The helper stopped taking writes: it failed, and says why.
+        self.ops = None;
+        match (&mut self.job).await {
+            Err(e) => Err(e),
+            Ok(_) => Err(std::io::Error::other("the blob writer stopped")),
+        }
+    }
+
+    /// Everything written: the hash of what the file holds.
+    async fn finish(mut self) -> std::io::Result<Sha256> {
+        self.ops = None;
+        Ok(self.job.await?.hasher)
+    }
+}
 
 /// How often the loop's lag is sampled while a pull runs: pulls are the
 /// agent's heaviest work, and must not stall it.
@@ -606,7 +664,7 @@ impl ImageService {
         crate::rt::try_join_bounded(fetches, MAX_PARALLEL_DOWNLOADS).await?;
         // The config, then the record, only once every layer is in place.
         // fsync can take long on SD cards: off the loop.
-        smol::unblock(move || {
+        crate::helpers::unblock(move || {
             state::write_atomic(
                 &config_path,
                 &config_bytes,
@@ -629,7 +687,7 @@ impl ImageService {
         let saved = record.clone();
         {
             let _index = self.index_writes.lock().await;
-            smol::unblock(move || store.put_record(saved)).await?;
+            crate::helpers::unblock(move || store.put_record(saved)).await?;
         }
         self.wake_gc();
         Ok(record)
@@ -746,7 +804,7 @@ impl ImageService {
         let (blob_path, unpack_dir) = (partial, self.store.temp_path("layer"));
         // Unpack and move into place in one blocking task, so that an
         // abandoned pull cannot leave a half-unpacked dir behind it.
-        let stats = smol::unblock(move || {
+        let stats = crate::helpers::unblock(move || {
             let stats = unpack::unpack(&blob_path, &unpack_dir, limits);
             // A layer that does not unpack would not the next time either.
             let _ = std::fs::remove_file(&blob_path);
@@ -793,7 +851,7 @@ impl ImageService {
         // Where an earlier attempt, or an earlier run of the agent, stopped.
         let (hasher, mut received) = {
             let (path, size) = (path.to_owned(), desc.size);
-            smol::unblock(move || hash_partial(&path, size)).await
+            crate::helpers::unblock(move || hash_partial(&path, size)).await
         };
         if received > 0 {
             log::info!(
@@ -811,13 +869,10 @@ impl ImageService {
             .map_err(io_err)?;
         // async-fs would buffer up to 8 MiB per file on its way to the
         // disk; a small board downloading three layers cannot spare that.
-        let mut file = smol::Unblock::with_capacity(
-            WRITE_BUFFER,
-            HashingFile {
-                file: opened,
-                hasher,
-            },
-        );
+        let mut file = BlobWriter::start(HashingFile {
+            file: opened,
+            hasher,
+        });
         let mut resumes = 0;
         let backoff = |resumes: u32| RESUME_BACKOFF * 2u32.pow(resumes - 1);
         while received < desc.size {
@@ -842,9 +897,7 @@ impl ImageService {
             if !continues {
                 // The whole blob again: start over.
                 progress.rewind(received);
-                let blob = file.get_mut().await;
-                blob.file.set_len(0).map_err(io_err)?;
-                blob.hasher = Sha256::new();
+                file.send(WriteOp::StartOver).await.map_err(io_err)?;
                 received = 0;
             }
             let broke = loop {
@@ -859,8 +912,9 @@ impl ImageService {
                                 desc.digest, desc.size
                             )));
                         }
-                        file.write_all(&chunk).await.map_err(io_err)?;
-                        progress.advance(chunk.len() as u64);
+                        let n = chunk.len() as u64;
+                        file.send(WriteOp::Chunk(chunk)).await.map_err(io_err)?;
+                        progress.advance(n);
                     }
                     Ok(None) => break None,
                     Err(e) => break Some(e),
@@ -883,8 +937,7 @@ impl ImageService {
                 Some(e) => return Err(pull_err(e.to_string())),
             }
         }
-        file.flush().await.map_err(io_err)?;
-        let hasher = std::mem::take(&mut file.get_mut().await.hasher);
+        let hasher = file.finish().await.map_err(io_err)?;
         let digest = format!("sha256:{}", hex(&hasher.finalize()));
         verify(key, desc, &digest, received).inspect_err(|_| {
             // Wrong bytes: nothing to resume from.

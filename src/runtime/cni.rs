@@ -544,7 +544,7 @@ fn read_record(pod_dir: &Path) -> Result<Option<Record>, CniError> {
 async fn write_record(pod_dir: &Path, record: &Record) -> Result<(), CniError> {
     let bytes = serde_json::to_vec_pretty(record).unwrap_or_default();
     let path = pod_dir.join(RECORD);
-    smol::unblock(move || {
+    crate::helpers::unblock(move || {
         crate::state::write_atomic(&path, &bytes, 0o600, crate::state::Durability::PowerLoss)
     })
     .await?;

@@ -91,7 +91,7 @@ impl Bundle {
             mount::unmount(&mounted)?;
         }
         let dir = self.dir.clone();
-        Ok(smol::unblock(move || crate::state::remove_tree(&dir)).await?)
+        Ok(crate::helpers::unblock(move || crate::state::remove_tree(&dir)).await?)
     }
 }
 

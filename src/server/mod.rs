@@ -306,7 +306,7 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
 /// The pods this node runs, with their statuses, as a PodList.
 async fn pods(ctx: &Context) -> Response<Body> {
     let layout = ctx.layout.clone();
-    let list = smol::unblock(move || {
+    let list = crate::helpers::unblock(move || {
         let mut items = Vec::new();
         for record in crate::cli::pod_records(&layout).unwrap_or_default() {
             let dir = layout.pod(&record.uid);
@@ -325,7 +325,7 @@ async fn pods(ctx: &Context) -> Response<Body> {
 /// `/metrics/resource`: read from the files now, off the loop.
 async fn resource_metrics(ctx: &Context) -> Response<Body> {
     let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
-    let text = smol::unblock(move || {
+    let text = crate::helpers::unblock(move || {
         crate::stats::resource_metrics(&crate::stats::collect(&layout, &cgroups))
     })
     .await;
@@ -345,7 +345,7 @@ async fn stats_summary(ctx: &Context, only_cpu_and_memory: bool) -> Response<Bod
         runtime_root: ctx.layout.runtime_root(),
     };
     let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
-    let summary = smol::unblock(move || {
+    let summary = crate::helpers::unblock(move || {
         let mut summary = crate::stats::summary::summary(&layout, &cgroups, &node);
         if only_cpu_and_memory {
             crate::stats::summary::only_cpu_and_memory(&mut summary);

@@ -1,0 +1,163 @@
+//! The loop's helper threads, for the file and process work that would
+//! block it: `unblock` runs a closure on one and awaits its result. The
+//! `blocking` crate (what `smol::unblock` uses) keeps every thread it ever
+//! started and wakes each twice a second, forever; on an idle node that was
+//! most of the agent's wakeups. Here a thread with nothing to do for
+//! `IDLE_EXIT` ends, and an idle agent has none.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+/// How long a helper waits for more work before it ends.
+const IDLE_EXIT: Duration = Duration::from_secs(10);
+
+/// Helpers at most: a burst (30 pods starting) queues beyond this.
+const MAX_THREADS: usize = 8;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+struct Pool {
+    state: Mutex<State>,
+    work: Condvar,
+    idle_exit: Duration,
+}
+
+struct State {
+    queue: VecDeque<Job>,
+    threads: usize,
+    idle: usize,
+}
+
+static POOL: Pool = Pool::new(IDLE_EXIT);
+
+impl Pool {
+    const fn new(idle_exit: Duration) -> Pool {
+        Pool {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                threads: 0,
+                idle: 0,
+            }),
+            work: Condvar::new(),
+            idle_exit,
+        }
+    }
+
+    fn submit(&'static self, job: Job) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.queue.push_back(job);
+        if state.idle > 0 {
+            self.work.notify_one();
+            return;
+        }
+        if state.threads < MAX_THREADS {
+            let started = std::thread::Builder::new()
+                .name(format!("helper-{}", state.threads + 1))
+                .spawn(move || self.serve());
+            // Without a new thread the job waits for a busy one.
+            if started.is_ok() {
+                state.threads += 1;
+            }
+        }
+    }
+
+    fn serve(&'static self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(job) = state.queue.pop_front() {
+                drop(state);
+                job();
+                state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            state.idle += 1;
+            let (next, timeout) = self
+                .work
+                .wait_timeout(state, self.idle_exit)
+                .unwrap_or_else(PoisonError::into_inner);
+            state = next;
+            state.idle -= 1;
+            if timeout.timed_out() && state.queue.is_empty() {
+                state.threads -= 1;
+                return;
+            }
+        }
+    }
+}
+
+/// Runs `work` on a helper thread; its panic resumes in the awaiting task.
+pub async fn unblock<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    POOL.run(work).await
+}
+
+impl Pool {
+    async fn run<T: Send + 'static>(&'static self, work: impl FnOnce() -> T + Send + 'static) -> T {
+        let (done, result) = smol::channel::bounded(1);
+        self.submit(Box::new(move || {
+            let outcome = catch_unwind(AssertUnwindSafe(work));
+            let _ = done.send_blocking(outcome);
+        }));
+        match result.recv().await {
+            Ok(Ok(value)) => value,
+            Ok(Err(panic)) => resume_unwind(panic),
+            // The job is dropped only with its sender, after sending.
+            Err(_) => unreachable!("a helper job ends by sending its outcome"),
+        }
+    }
+
+    #[cfg(test)]
+    fn threads(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .threads
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(idle_exit: Duration) -> &'static Pool {
+        Box::leak(Box::new(Pool::new(idle_exit)))
+    }
+
+    #[test]
+    fn jobs_run_off_the_calling_thread_and_panics_come_back() {
+        let pool = pool(IDLE_EXIT);
+        let caller = std::thread::current().id();
+        let results = smol::block_on(async {
+            let mut out = Vec::new();
+            for i in 0..20 {
+                out.push(pool.run(move || (i * 2, std::thread::current().id())).await);
+            }
+            out
+        });
+        assert_eq!(
+            results.iter().map(|r| r.0).collect::<Vec<_>>(),
+            (0..20).map(|i| i * 2).collect::<Vec<_>>()
+        );
+        assert!(results.iter().all(|r| r.1 != caller));
+        assert!(pool.threads() <= MAX_THREADS);
+        let panicked = catch_unwind(|| smol::block_on(pool.run(|| panic!("helper failed"))));
+        assert!(panicked.is_err());
+        // The pool still serves.
+        assert_eq!(smol::block_on(pool.run(|| 7)), 7);
+    }
+
+    #[test]
+    fn idle_helpers_end() {
+        let pool = pool(Duration::from_millis(50));
+        smol::block_on(async {
+            for _ in 0..4 {
+                pool.run(|| std::thread::sleep(Duration::from_millis(5)))
+                    .await;
+            }
+        });
+        assert!(pool.threads() >= 1);
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(pool.threads(), 0);
+    }
+}
