@@ -97,6 +97,10 @@ pub struct Worker {
     evicted: Option<String>,
     /// When the disk emptyDirs with a sizeLimit are measured next.
     storage_check_at: Option<Instant>,
+    /// A measurement runs as a task of its own (a large emptyDir takes a
+    /// while to walk) and reports here: why the pod must go, if it must.
+    storage_verdicts: (Sender<Option<String>>, Receiver<Option<String>>),
+    storage_measuring: bool,
     /// The pod ran to its end and gave its sandbox back (see
     /// `release_sandbox`); its IPs stay in its status.
     sandbox_released: bool,
@@ -143,6 +147,7 @@ enum Wake {
     Control(Option<Control>),
     Exit(Exit),
     Probe(ProbeResult),
+    Storage(Option<String>),
     MonitorLost,
     Timer,
     ObjectsChanged,
@@ -221,6 +226,8 @@ impl Worker {
             probe_results: smol::channel::unbounded(),
             evicted,
             storage_check_at: None,
+            storage_verdicts: smol::channel::bounded(1),
+            storage_measuring: false,
         }
     }
 
@@ -291,6 +298,14 @@ impl Worker {
                     }
                 }
                 Wake::MonitorLost => self.on_monitor_lost().await,
+                Wake::Storage(verdict) => {
+                    self.storage_measuring = false;
+                    if let Some(message) = verdict
+                        && self.evicted.is_none()
+                    {
+                        self.evict(message, Duration::ZERO).await;
+                    }
+                }
                 Wake::Timer => {}
                 // The next pass rewrites the volumes.
                 Wake::ObjectsChanged => self.volumes_written = None,
@@ -765,7 +780,20 @@ impl Worker {
                 Err(_) => std::future::pending().await,
             }
         };
-        control.or(exit).or(probed).or(changed).or(timer).await
+        let measured = async {
+            match self.storage_verdicts.1.recv().await {
+                Ok(verdict) => Wake::Storage(verdict),
+                // Never closed: the worker holds a sender.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        control
+            .or(exit)
+            .or(probed)
+            .or(measured)
+            .or(changed)
+            .or(timer)
+            .await
     }
 
     /// Whether container `i` should get a new instance now that its current
@@ -1011,7 +1039,10 @@ impl Worker {
     /// system priorities), which would not be admitted again.
     async fn check_local_storage(&mut self) {
         let now = Instant::now();
-        if self.evicted.is_some() || self.storage_check_at.is_some_and(|t| t > now) {
+        if self.evicted.is_some()
+            || self.storage_measuring
+            || self.storage_check_at.is_some_and(|t| t > now)
+        {
             return;
         }
         let critical = self.pod.source != super::API_SOURCE
@@ -1035,23 +1066,31 @@ impl Worker {
             return;
         }
         self.storage_check_at = Some(now + STORAGE_CHECK);
-        for (name, dir, limit, written) in volumes {
-            let used =
-                crate::helpers::unblock(move || crate::runtime::disk_usage::disk_usage(&dir)).await;
-            match used {
-                Ok(used) if used > limit => {
-                    let message = format!(
-                        "Usage of EmptyDir volume {name:?} exceeds the limit {written:?}. "
-                    );
-                    self.evict(message, Duration::ZERO).await;
-                    return;
+        self.storage_measuring = true;
+        let verdicts = self.storage_verdicts.0.clone();
+        let pod = self.pod.full_name();
+        crate::rt::spawn(async move {
+            let mut verdict = None;
+            for (name, dir, limit, written) in volumes {
+                let used =
+                    crate::helpers::unblock(move || crate::runtime::disk_usage::disk_usage(&dir))
+                        .await;
+                match used {
+                    Ok(used) if used > limit => {
+                        verdict = Some(format!(
+                            "Usage of EmptyDir volume {name:?} exceeds the limit {written:?}. "
+                        ));
+                        break;
+                    }
+                    Ok(_) => {}
+                    // Not made yet (the sandbox comes with the first start).
+                    Err(e) if e.source == nix::errno::Errno::ENOENT => {}
+                    Err(e) => log::warn!("pod {pod}: measuring volume {name}: {e}"),
                 }
-                Ok(_) => {}
-                // Not made yet (the sandbox comes with the first start).
-                Err(e) if e.source == nix::errno::Errno::ENOENT => {}
-                Err(e) => log::warn!("pod {}: measuring volume {name}: {e}", self.pod.full_name()),
             }
-        }
+            let _ = verdicts.send(verdict).await;
+        })
+        .detach();
     }
 
     /// Ends the pod for good, as upstream's eviction manager does: its
