@@ -1542,23 +1542,7 @@ fn write_serving_pair(
 ) -> (std::path::PathBuf, std::path::PathBuf) {
     let (cert, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
     let (new_cert, new_key) = (dir.join("new.crt"), dir.join("new.key"));
-    common::run(std::process::Command::new("openssl").args([
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        &format!("/CN={name}"),
-        "-keyout",
-        new_key.to_str().unwrap(),
-        "-out",
-        new_cert.to_str().unwrap(),
-    ]));
+    common::apiserver::self_signed(&new_cert, &new_key, name, &[]);
     std::fs::rename(&new_cert, &cert).unwrap();
     std::fs::rename(&new_key, &key).unwrap();
     (cert, key)

@@ -22,29 +22,7 @@ source scripts/bench/lib.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 window=${1:-120}
 
-[[ $(id -u) == 0 ]] || { echo "cluster-idle.sh: run as root" >&2; exit 1; }
-scripts/install-deps.sh
-cargo build --release --locked --bin nanolet >&2
-cargo build --release --locked -p test-apiserver >&2
-nanolet="$PWD/target/release/nanolet"
-apiserver="$PWD/target/release/test-apiserver"
-
-work="$(mktemp -d /tmp/nanolet-bench.XXXXXX)"
-cgroup_root="/nanolet-bench-$$"
-agent=""
-api=""
-cleanup() {
-  set +e
-  [[ -n $agent ]] && kill -9 "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
-  [[ -n $api ]] && kill "$api" 2>/dev/null && wait "$api" 2>/dev/null
-  bench_cleanup "$work" "$cgroup_root" "$work/state/runtime"
-}
-trap cleanup EXIT
-
-registry="$(scripts/registry.sh start "$work/registry")"
-scripts/build-image.sh "$work/image" --tag 1 >/dev/null
-scripts/push-image.sh "$work/image" 1 "$registry" bench/busybox:1 >/dev/null
-
+bench_cluster_prepare cluster-idle.sh
 bench_join_cluster "$work" bench-node "$nanolet" "$apiserver" "$registry" "$cgroup_root"
 for i in 1 2 3 4 5; do
   printf 'apiVersion: v1\nkind: Pod\nmetadata: {name: p%s}\nspec:\n  containers:\n  - name: main\n    image: %s\n    command: [sleep, "100000"]\n---\n' \

@@ -4,6 +4,10 @@
 #   bench_cleanup WORK CGROUP_ROOT RUNC_ROOT...
 # Kills the pods an agent left running (monitors, runtime containers, their
 # mounts), keeping the rest of WORK: bench_cleanup_pods WORK RUNTIME_ROOT
+# For the cluster benchmarks: builds nanolet and the test API server
+# (release), makes a work dir and a registry holding bench/busybox:1, and
+# removes all of it at exit: bench_cluster_prepare SCRIPT_NAME sets
+# nanolet, apiserver, work, cgroup_root and registry.
 # Starts the test API server and an agent joined to it as NODE:
 #   bench_join_cluster WORK NODE NANOLET APISERVER REGISTRY CGROUP_ROOT
 # sets api, agent (pids), admin (the API server's admin URL) and port (the
@@ -61,4 +65,28 @@ bench_join_cluster() {
   agent=$!
   export KUBECONFIG="$work/api/admin.kubeconfig"
   for _ in $(seq 1 100); do kubectl get node "$node" >/dev/null 2>&1 && break; sleep 0.2; done
+}
+
+bench_cluster_prepare() {
+  [[ $(id -u) == 0 ]] || { echo "$1: run as root" >&2; exit 1; }
+  scripts/install-deps.sh
+  cargo build --release --locked --bin nanolet >&2
+  cargo build --release --locked -p test-apiserver >&2
+  nanolet="$PWD/target/release/nanolet"
+  apiserver="$PWD/target/release/test-apiserver"
+  work="$(mktemp -d /tmp/nanolet-bench.XXXXXX)"
+  cgroup_root="/nanolet-bench-$$"
+  agent=""
+  api=""
+  trap bench_cluster_cleanup EXIT
+  registry="$(scripts/registry.sh start "$work/registry")"
+  scripts/build-image.sh "$work/image" --tag 1 >/dev/null
+  scripts/push-image.sh "$work/image" 1 "$registry" bench/busybox:1 >/dev/null
+}
+
+bench_cluster_cleanup() {
+  set +e
+  [[ -n $agent ]] && kill -9 "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
+  [[ -n $api ]] && kill "$api" 2>/dev/null && wait "$api" 2>/dev/null
+  bench_cleanup "$work" "$cgroup_root" "$work/state/runtime"
 }

@@ -244,12 +244,14 @@ impl Drop for InFlight<'_> {
 
 const MAX_CONFIG: usize = 4 << 20;
 
-/// Chunks a blob download holds on their way to the disk (hyper hands
-/// them over in at most 16 KiB): 256 KiB at most.
-const WRITE_QUEUE: usize = 16;
+/// What a blob download holds on its way to the disk: batches of this
+/// size, copied out of hyper's buffers (a chunk can pin a read buffer of
+/// hundreds of KiB), and this many of them queued: 256 KiB at most.
+const WRITE_BATCH: usize = 64 << 10;
+const WRITE_QUEUE: usize = 3;
 
 enum WriteOp {
-    Chunk(bytes::Bytes),
+    Chunk(Vec<u8>),
     /// The registry sends the whole blob again: the file and hash restart.
     StartOver,
 }
@@ -260,6 +262,7 @@ enum WriteOp {
 struct BlobWriter {
     ops: Option<smol::channel::Sender<WriteOp>>,
     job: smol::Task<std::io::Result<HashingFile>>,
+    batch: Vec<u8>,
 }
 
 impl BlobWriter {
@@ -280,7 +283,23 @@ impl BlobWriter {
         BlobWriter {
             ops: Some(ops),
             job,
+            batch: Vec::with_capacity(WRITE_BATCH),
         }
+    }
+
+    async fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
+        self.batch.extend_from_slice(chunk);
+        if self.batch.len() < WRITE_BATCH {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.batch, Vec::with_capacity(WRITE_BATCH));
+        self.send(WriteOp::Chunk(full)).await
+    }
+
+    /// The file and hash start over (what is still batched goes too).
+    async fn start_over(&mut self) -> std::io::Result<()> {
+        self.batch.clear();
+        self.send(WriteOp::StartOver).await
     }
 
     async fn send(&mut self, op: WriteOp) -> std::io::Result<()> {
@@ -301,6 +320,10 @@ impl BlobWriter {
 
     /// Everything written: the hash of what the file holds.
     async fn finish(mut self) -> std::io::Result<Sha256> {
+        if !self.batch.is_empty() {
+            let last = std::mem::take(&mut self.batch);
+            self.send(WriteOp::Chunk(last)).await?;
+        }
         self.ops = None;
         Ok(self.job.await?.hasher)
     }
@@ -897,7 +920,7 @@ impl ImageService {
             if !continues {
                 // The whole blob again: start over.
                 progress.rewind(received);
-                file.send(WriteOp::StartOver).await.map_err(io_err)?;
+                file.start_over().await.map_err(io_err)?;
                 received = 0;
             }
             let broke = loop {
@@ -912,9 +935,8 @@ impl ImageService {
                                 desc.digest, desc.size
                             )));
                         }
-                        let n = chunk.len() as u64;
-                        file.send(WriteOp::Chunk(chunk)).await.map_err(io_err)?;
-                        progress.advance(n);
+                        file.write(&chunk).await.map_err(io_err)?;
+                        progress.advance(chunk.len() as u64);
                     }
                     Ok(None) => break None,
                     Err(e) => break Some(e),

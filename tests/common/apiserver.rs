@@ -22,6 +22,44 @@ pub fn first_line(child: &mut Child) -> String {
 
 /// The test-apiserver binary: Cargo's own path in its crate's tests; next
 /// to nanolet's binary elsewhere (`cargo test --workspace` builds both).
+/// A self-signed EC certificate and key for `common_name`, by openssl,
+/// with `extra` arguments to `openssl req`.
+pub fn self_signed(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    common_name: &str,
+    extra: &[&str],
+) {
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args([
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            &format!("/CN={common_name}"),
+        ])
+        .args(extra)
+        .arg("-keyout")
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub fn binary() -> PathBuf {
     if let Some(path) = option_env!("CARGO_BIN_EXE_test-apiserver") {
         return PathBuf::from(path);

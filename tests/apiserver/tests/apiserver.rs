@@ -936,32 +936,11 @@ struct FakeKubelet {
 impl FakeKubelet {
     fn start(s: &ApiServer) -> FakeKubelet {
         let (cert, key) = (s.dir.join("kubelet.crt"), s.dir.join("kubelet.key"));
-        let out = Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=edge-1",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-                "-keyout",
-            ])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        fixture::self_signed(
+            &cert,
+            &key,
+            "edge-1",
+            &["-addext", "subjectAltName=IP:127.0.0.1"],
         );
         let script = r#"
 import http.server, json, ssl, sys
