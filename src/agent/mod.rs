@@ -440,16 +440,10 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 .collect();
             new.sort_by_key(|p| p.manifest.metadata.creation_timestamp.clone().map(|t| t.0));
             for pod in new {
-                let priority = pod
-                    .manifest
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.priority)
-                    .unwrap_or(0);
                 let under_pressure = eviction::admit(
                     ctx.eviction.pressure(),
                     pod.qos,
-                    priority >= worker::SYSTEM_CRITICAL_PRIORITY,
+                    pod.priority() >= worker::SYSTEM_CRITICAL_PRIORITY,
                     tolerates_memory_pressure(&pod),
                 )
                 .map_err(|message| ("Evicted".to_owned(), message));
@@ -490,13 +484,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             .iter()
             .filter(|(_, h)| !h.terminating)
             .map(|(uid, h)| {
-                let priority = h
-                    .pod
-                    .manifest
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.priority)
-                    .unwrap_or(0);
+                let priority = h.pod.priority();
                 eviction::Candidate {
                     uid: uid.clone(),
                     name: h.pod.full_name(),

@@ -1045,14 +1045,8 @@ impl Worker {
         {
             return;
         }
-        let critical = self.pod.source != super::API_SOURCE
-            || self
-                .pod
-                .manifest
-                .spec
-                .as_ref()
-                .and_then(|s| s.priority)
-                .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);
+        let critical =
+            self.pod.source != super::API_SOURCE || self.pod.priority() >= SYSTEM_CRITICAL_PRIORITY;
         let finished = self
             .last_status
             .as_ref()

@@ -324,6 +324,15 @@ pub struct VolumeMount {
 }
 
 impl Pod {
+    /// The priority the API server resolved from its class (0 without).
+    pub fn priority(&self) -> i32 {
+        self.manifest
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority)
+            .unwrap_or(0)
+    }
+
     /// `namespace/name`, as users name pods.
     pub fn full_name(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
