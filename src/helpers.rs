@@ -56,9 +56,18 @@ impl Pool {
             let started = std::thread::Builder::new()
                 .name(format!("helper-{}", state.threads + 1))
                 .spawn(move || self.serve());
-            // Without a new thread the job waits for a busy one.
-            if started.is_ok() {
-                state.threads += 1;
+            match started {
+                Ok(_) => state.threads += 1,
+                // No thread to run it, now or later (the system is out of
+                // them): better a blocked loop than a job that never runs.
+                Err(_) if state.threads == 0 => {
+                    if let Some(job) = state.queue.pop_back() {
+                        drop(state);
+                        job();
+                    }
+                }
+                // A busy helper takes it when done.
+                Err(_) => {}
             }
         }
     }
