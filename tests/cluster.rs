@@ -54,10 +54,15 @@ const CFG_AND_SECRET: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: 
 
 /// The status of a node's Ready condition.
 fn node_ready(api: &ApiServer, node: &str) -> Option<String> {
+    node_condition(api, node, "Ready")
+}
+
+/// The status of one of a node's conditions.
+fn node_condition(api: &ApiServer, node: &str, kind: &str) -> Option<String> {
     let n = get(api, &["get", "node", node])?;
     let conditions = n["status"]["conditions"].as_array()?;
-    let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
-    ready["status"].as_str().map(str::to_owned)
+    let c = conditions.iter().find(|c| c["type"] == kind)?;
+    c["status"].as_str().map(str::to_owned)
 }
 
 fn phase_and_reason(api: &ApiServer, pod: &str) -> Option<(String, String)> {
@@ -284,13 +289,11 @@ fn node_registers_runs_pods_and_deletes_them() {
     );
 
     // The kubelet API itself refuses clients without a certificate.
-    let node = get(&api, &["get", "node", "edge-1"]).unwrap();
-    let port = &node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"];
-    let out = std::process::Command::new("curl")
-        .args(["-sk", &format!("https://127.0.0.1:{port}/pods")])
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Unauthorized");
+    let port = kubelet_port(&api, &agent, "edge-1");
+    assert_eq!(
+        kubelet_call(&port, "/pods", &[]),
+        (401, "Unauthorized".to_owned())
+    );
 
     // Deletion: graceful stop, then the kubelet's own delete (grace 0, UID
     // precondition) makes the pod disappear.
@@ -1256,13 +1259,6 @@ fn memory_available() -> u64 {
             .unwrap()
     };
     (kib("MemFree") + kib("Inactive(file)")) * 1024
-}
-
-fn node_condition(api: &ApiServer, node: &str, kind: &str) -> Option<String> {
-    let n = get(api, &["get", "node", node])?;
-    let conditions = n["status"]["conditions"].as_array()?;
-    let c = conditions.iter().find(|c| c["type"] == kind)?;
-    c["status"].as_str().map(str::to_owned)
 }
 
 #[test]

@@ -183,6 +183,15 @@ impl EvictionManager {
     }
 }
 
+/// Upstream's `scheduling.SystemCriticalPriority`.
+const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// Upstream's IsCriticalPod: static pods (and their mirrors) and those at
+/// system-critical priority, never evicted and admitted under pressure.
+pub fn is_critical(pod: &crate::pod::Pod) -> bool {
+    pod.source != super::API_SOURCE || pod.priority() >= SYSTEM_CRITICAL_PRIORITY
+}
+
 /// What the manager knows of a pod it may evict.
 #[derive(Debug, Clone)]
 pub struct Candidate {

@@ -443,7 +443,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 let under_pressure = eviction::admit(
                     ctx.eviction.pressure(),
                     pod.qos,
-                    pod.priority() >= worker::SYSTEM_CRITICAL_PRIORITY,
+                    eviction::is_critical(&pod),
                     tolerates_memory_pressure(&pod),
                 )
                 .map_err(|message| ("Evicted".to_owned(), message));
@@ -483,17 +483,14 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         *candidates.borrow_mut() = workers
             .iter()
             .filter(|(_, h)| !h.terminating)
-            .map(|(uid, h)| {
-                let priority = h.pod.priority();
-                eviction::Candidate {
-                    uid: uid.clone(),
-                    name: h.pod.full_name(),
-                    qos: h.pod.qos,
-                    priority,
-                    memory_request: h.requests.1,
-                    grace: h.pod.termination_grace,
-                    critical: !h.from_api || priority >= worker::SYSTEM_CRITICAL_PRIORITY,
-                }
+            .map(|(uid, h)| eviction::Candidate {
+                uid: uid.clone(),
+                name: h.pod.full_name(),
+                qos: h.pod.qos,
+                priority: h.pod.priority(),
+                memory_request: h.requests.1,
+                grace: h.pod.termination_grace,
+                critical: eviction::is_critical(&h.pod),
             })
             .collect();
 

@@ -114,10 +114,6 @@ const TERMINATION_LOG: &str = "termination-log";
 /// How often emptyDir sizeLimits are checked: upstream's eviction interval.
 const STORAGE_CHECK: Duration = Duration::from_secs(10);
 
-/// Upstream's `scheduling.SystemCriticalPriority`: pods at or above it are
-/// never evicted.
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
-
 /// Where an evicted pod's reason is kept, so that no restart of the agent
 /// runs it again.
 fn dir_evicted(pod_dir: &Path) -> PathBuf {
@@ -1045,8 +1041,7 @@ impl Worker {
         {
             return;
         }
-        let critical =
-            self.pod.source != super::API_SOURCE || self.pod.priority() >= SYSTEM_CRITICAL_PRIORITY;
+        let critical = super::eviction::is_critical(&self.pod);
         let finished = self
             .last_status
             .as_ref()
