@@ -1571,3 +1571,134 @@ fn a_renewed_serving_certificate_is_served_without_a_restart() {
     let pods = api.kubectl_ok(&["get", "--raw", "/api/v1/nodes/edge-13/proxy/pods"], None);
     assert!(pods.contains("PodList"), "{pods}");
 }
+
+/// kubectl run with extra environment: (exit code, stdout, stderr).
+fn kubectl_env(
+    api: &ApiServer,
+    env: &[(&str, &str)],
+    args: &[&str],
+    stdin: &str,
+) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(api.kubeconfig())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut input = child.stdin.take().expect("piped");
+    input.write_all(stdin.as_bytes()).expect("stdin written");
+    drop(input);
+    let out = child.wait_with_output().expect("kubectl ends");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-10", &[]);
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest(
+            "shell",
+            &image,
+            "",
+            "echo ready; exec sleep 3600",
+        )),
+    );
+    wait(&agent, "the pod running", T, || {
+        running(&api, "shell").then_some(())
+    });
+    // kubectl 1.32 tries WebSocket (v5) first; with it turned off it
+    // speaks SPDY/3.1. The test API server passes either through.
+    for (transport, env) in [
+        ("websocket", vec![]),
+        ("spdy", vec![("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")]),
+    ] {
+        let (code, out, err) = kubectl_env(
+            &api,
+            &env,
+            &[
+                "exec",
+                "shell",
+                "--",
+                "sh",
+                "-c",
+                "echo out; echo err >&2; cat /proc/1/cmdline; exit 3",
+            ],
+            "",
+        );
+        assert_eq!(
+            code,
+            3,
+            "{transport}: exit code\n{out}\n{err}\n{}",
+            agent.log()
+        );
+        assert_eq!(
+            out, "out\nsleep\x003600\0",
+            "{transport}: pid 1 is the container's"
+        );
+        assert!(err.starts_with("err\n"), "{transport}: {err}");
+        // Input until its end, then the rest of the command.
+        let (code, out, err) = kubectl_env(
+            &api,
+            &env,
+            &["exec", "-i", "shell", "--", "sh", "-c", "wc -c; echo done"],
+            &"x".repeat(200_000),
+        );
+        assert_eq!(
+            (code, out.as_str()),
+            (0, "200000\ndone\n"),
+            "{transport}: {err}"
+        );
+        // A terminal, as `kubectl exec -it` from a terminal asks for; `script`
+        // gives kubectl one.
+        let env_prefix: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+        let line = format!(
+            "stty cols 91 rows 33; {env_prefix}kubectl --kubeconfig {} exec -it shell -- sh -c 'tty; stty size; exit 7'",
+            api.kubeconfig().display()
+        );
+        let script = std::process::Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("script runs");
+        let text = String::from_utf8_lossy(&script.stdout);
+        assert_eq!(script.status.code(), Some(7), "{transport}: {text}");
+        assert!(text.contains("/dev/pts/"), "{transport}: {text}");
+        // kubectl sends its terminal's size; the container's follows.
+        assert!(text.contains("33 91"), "{transport}: {text}");
+        // The container's processes are the pod's own and no exec is
+        // left behind.
+        let (code, out, _) =
+            kubectl_env(&api, &env, &["exec", "shell", "--", "ps", "-o", "args"], "");
+        assert_eq!(code, 0);
+        assert_eq!(
+            out.lines().filter(|l| l.contains("sh -c")).count(),
+            0,
+            "{transport}: {out}"
+        );
+        // Errors come back as upstream words them.
+        let (code, _, err) = kubectl_env(
+            &api,
+            &env,
+            &["exec", "shell", "-c", "nope", "--", "true"],
+            "",
+        );
+        assert_ne!(code, 0);
+        assert!(
+            err.contains("container not found (\"nope\")"),
+            "{transport}: {err}"
+        );
+    }
+}

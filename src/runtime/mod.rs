@@ -2,6 +2,7 @@
 //! (rootfs + OCI spec), the OCI runtime driver and the pod monitor.
 
 pub mod apparmor;
+pub mod attached_exec;
 pub mod cni;
 pub mod disk_usage;
 pub mod monitor_client;

@@ -59,10 +59,14 @@ async fn read_capped(pipe: Option<impl futures_lite::AsyncRead + Unpin>, cap: us
 
 /// Kills the process an exec started, by the pid the runtime wrote, unless
 /// disarmed because it ended by itself. Removes the pid file either way.
-struct ExecGuard(Option<std::path::PathBuf>);
+pub(super) struct ExecGuard(Option<std::path::PathBuf>);
 
 impl ExecGuard {
-    fn disarm(&mut self) {
+    pub(super) fn new(pid_file: std::path::PathBuf) -> Self {
+        ExecGuard(Some(pid_file))
+    }
+
+    pub(super) fn disarm(&mut self) {
         if let Some(path) = self.0.take() {
             let _ = std::fs::remove_file(path);
         }
@@ -109,7 +113,7 @@ impl Runtime {
         Runtime { kind, path, root }
     }
 
-    fn base_args(&self) -> Vec<OsString> {
+    pub(super) fn base_args(&self) -> Vec<OsString> {
         vec!["--root".into(), self.root.clone().into_os_string()]
     }
 
@@ -243,7 +247,7 @@ impl Runtime {
         // Killed by its pid when this future ends early (timeout, or the
         // caller gave up): the runtime's own process dies with kill_on_drop,
         // what it started in the container would not.
-        let mut guard = ExecGuard(Some(pid_file.to_owned()));
+        let mut guard = ExecGuard::new(pid_file.to_owned());
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         let run = async {
             let out = read_capped(stdout, EXEC_OUTPUT);

@@ -6,7 +6,11 @@
 
 pub mod auth;
 pub mod client_cert;
+mod remote_command;
 pub mod serving_cert;
+mod spdy;
+mod upgrade;
+mod websocket;
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -166,6 +170,7 @@ pub fn bind(
                 });
                 if let Err(e) = hyper::server::conn::http1::Builder::new()
                     .serve_connection(crate::http::io::HyperIo(tls), service)
+                    .with_upgrades()
                     .await
                 {
                     log::debug!("kubelet API connection: {e}");
@@ -297,6 +302,12 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
         (&Method::GET, ["containerLogs", namespace, pod, container]) => {
             let query = query_pairs(&req);
             container_logs(ctx, namespace, pod, container, &query).await
+        }
+        (&Method::GET | &Method::POST, ["exec", namespace, pod, container]) => {
+            remote_command::exec(ctx, req, (namespace, pod, None, container)).await
+        }
+        (&Method::GET | &Method::POST, ["exec", namespace, pod, uid, container]) => {
+            remote_command::exec(ctx, req, (namespace, pod, Some(uid), container)).await
         }
         (&Method::GET, _) => text(StatusCode::NOT_FOUND, "404 page not found"),
         _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),

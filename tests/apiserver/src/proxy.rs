@@ -101,3 +101,118 @@ pub async fn forward(
         .boxed_unsync();
     Ok(Response::from_parts(parts, body))
 }
+
+/// The bytes a side sent past its HTTP head, then the rest of its stream.
+async fn splice<A, B>(a: A, a_pending: bytes::Bytes, b: B, b_pending: bytes::Bytes)
+where
+    A: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+    B: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    use futures_lite::AsyncWriteExt;
+    let (mut a_read, mut a_write) = futures_lite::io::split(a);
+    let (mut b_read, mut b_write) = futures_lite::io::split(b);
+    let a_to_b = async {
+        if b_write.write_all(&a_pending).await.is_ok() {
+            let _ = futures_lite::io::copy(&mut a_read, &mut b_write).await;
+        }
+        let _ = b_write.close().await;
+    };
+    let b_to_a = async {
+        if a_write.write_all(&b_pending).await.is_ok() {
+            let _ = futures_lite::io::copy(&mut b_read, &mut a_write).await;
+        }
+        let _ = a_write.close().await;
+    };
+    // One side's end ends the other's copy too: each half-close arrives
+    // as TLS close_notify, which the peers treat as the end.
+    futures_lite::future::zip(a_to_b, b_to_a).await;
+}
+
+/// Forwards an upgrade request (exec, attach, portforward) to the
+/// kubelet with its headers, as the API server's UpgradeAwareHandler does:
+/// a 101 from the kubelet is passed back and the two connections are
+/// joined byte for byte; an error response is passed back as it is.
+pub async fn forward_upgrade(
+    tls: Arc<ClientConfig>,
+    address: &str,
+    path_and_query: &str,
+    mut req: Request<hyper::body::Incoming>,
+) -> ApiResult<Response<crate::server::Body>> {
+    let addrs = smol::net::resolve(address)
+        .await
+        .map_err(|e| unavailable(format!("{address}: {e}")))?;
+    let addr = addrs
+        .first()
+        .ok_or_else(|| unavailable(format!("{address}: no address")))?;
+    let tcp = Async::<TcpStream>::connect(*addr)
+        .await
+        .map_err(|e| unavailable(format!("error dialing backend: dial tcp {address}: {e}")))?;
+    let name = ServerName::IpAddress(addr.ip().into());
+    let stream = TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| unavailable(format!("error dialing backend: tls: {e}")))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(nanolet::http::io::HyperIo(stream))
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+    nanolet::rt::spawn(async move {
+        let _ = connection.with_upgrades().await;
+    })
+    .detach();
+    let mut forwarded = Request::builder()
+        .method(req.method().clone())
+        .uri(path_and_query)
+        .header(http::header::HOST, address);
+    for (name, value) in req.headers() {
+        // The caller's credentials are the API server's business; the
+        // kubelet sees the API server's own certificate.
+        if name != http::header::HOST && name != http::header::AUTHORIZATION {
+            forwarded = forwarded.header(name, value);
+        }
+    }
+    let forwarded = forwarded
+        .body(Empty::<bytes::Bytes>::new())
+        .map_err(|e| unavailable(e.to_string()))?;
+    let mut response = sender
+        .send_request(forwarded)
+        .await
+        .map_err(|e| unavailable(e.to_string()))?;
+    if response.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        let (parts, body) = response.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let body = http_body_util::Full::new(body)
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        return Ok(Response::from_parts(parts, body));
+    }
+    let kubelet_side = hyper::upgrade::on(&mut response);
+    let client_side = hyper::upgrade::on(&mut req);
+    nanolet::rt::spawn(async move {
+        let (Ok(kubelet), Ok(client)) = (kubelet_side.await, client_side.await) else {
+            return;
+        };
+        type KubeletIo =
+            nanolet::http::io::HyperIo<futures_rustls::client::TlsStream<Async<TcpStream>>>;
+        type ClientIo =
+            nanolet::http::io::HyperIo<futures_rustls::server::TlsStream<Async<TcpStream>>>;
+        let (Ok(kubelet), Ok(client)) = (
+            kubelet.downcast::<KubeletIo>(),
+            client.downcast::<ClientIo>(),
+        ) else {
+            log::warn!("upgrade: unexpected connection types");
+            return;
+        };
+        splice(client.io.0, client.read_buf, kubelet.io.0, kubelet.read_buf).await;
+    })
+    .detach();
+    let (parts, _) = response.into_parts();
+    let body = Empty::<bytes::Bytes>::new()
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    Ok(Response::from_parts(parts, body))
+}

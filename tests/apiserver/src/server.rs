@@ -243,6 +243,18 @@ pub async fn serve(
 }
 
 /// The path split into segments, for routing.
+/// Namespace, pod and action of a streaming pod subresource's path.
+fn pod_stream(path: &str) -> Option<(&str, &str, &str)> {
+    match segments(path).as_slice() {
+        ["api", "v1", "namespaces", namespace, "pods", pod, action]
+            if matches!(*action, "exec" | "attach" | "portforward") =>
+        {
+            Some((namespace, pod, action))
+        }
+        _ => None,
+    }
+}
+
 fn segments(path: &str) -> Vec<&str> {
     path.split('/').filter(|s| !s.is_empty()).collect()
 }
@@ -323,6 +335,15 @@ impl Server {
                     (error_response(&e), 0)
                 }
             }
+        } else if let Some((namespace, pod, action)) = pod_stream(&path) {
+            let response = match self
+                .stream_to_kubelet(req, namespace, pod, action, &raw_query)
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            };
+            (response, 0)
         } else {
             let accept = req
                 .headers()
@@ -847,6 +868,93 @@ impl Server {
             .header("Transfer-Encoding", "chunked")
             .body(BodyExt::boxed_unsync(body))
             .map_err(|e| ApiError::new(500, "InternalError", e.to_string()))
+    }
+
+    /// `pods/exec`, `pods/attach` and `pods/portforward`: the kubelet's
+    /// path and parameters for them, as upstream's pod strategy builds
+    /// them, then the upgrade passed through.
+    async fn stream_to_kubelet(
+        &self,
+        req: Request<Incoming>,
+        namespace: &str,
+        name: &str,
+        action: &str,
+        raw_query: &str,
+    ) -> ApiResult<Response<Body>> {
+        let pods = Resource::find("", "v1", "pods").expect("pods are always served");
+        let pod = self.api.get(pods, Some(namespace), name)?;
+        let query: Vec<(String, String)> = raw_query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (decode(k), decode(v))
+            })
+            .collect();
+        let get = |key: &str| {
+            query
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        let yes = |key: &str| get(key).is_some_and(|v| v == "true" || v == "1");
+        let mut params: Vec<String> = Vec::new();
+        let path = if action == "portforward" {
+            if let Some(ports) = get("ports") {
+                params.push(format!("port={}", nanolet::http::percent_encode(ports)));
+            }
+            format!("/portForward/{namespace}/{name}")
+        } else {
+            let containers: Vec<&str> = pod
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+                .unwrap_or_default();
+            let container = match get("container") {
+                Some(c) => c.to_owned(),
+                None if containers.len() == 1 => containers[0].to_owned(),
+                None => {
+                    return Err(ApiError::bad_request(format!(
+                        "a container name must be specified for pod {name}, choose one of: [{}]",
+                        containers.join(" ")
+                    )));
+                }
+            };
+            if action == "exec" {
+                for (_, command) in query.iter().filter(|(k, _)| k == "command") {
+                    params.push(format!(
+                        "command={}",
+                        nanolet::http::percent_encode(command)
+                    ));
+                }
+            }
+            for (theirs, kubelets) in [
+                ("stderr", "error"),
+                ("stdin", "input"),
+                ("stdout", "output"),
+                ("tty", "tty"),
+            ] {
+                if yes(theirs) {
+                    params.push(format!("{kubelets}=1"));
+                }
+            }
+            format!("/{action}/{namespace}/{name}/{container}")
+        };
+        let node_name = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let nodes = Resource::find("", "v1", "nodes").expect("nodes are always served");
+        let node = self.api.get(nodes, None, node_name)?;
+        let address = crate::proxy::kubelet_address(&node)
+            .ok_or_else(|| ApiError::bad_request(format!("node {node_name} has no address")))?;
+        crate::proxy::forward_upgrade(
+            self.kubelet_tls.clone(),
+            &address,
+            &with_query(path, &params),
+            req,
+        )
+        .await
     }
 
     /// Forwards a GET to a node's kubelet, passing on the query but for

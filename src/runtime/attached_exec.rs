@@ -1,0 +1,238 @@
+//! A process run in a container for a client (`kubectl exec`): its stdio
+//! is the client's, through pipes, or through a terminal. For a terminal
+//! the runtime runs in the foreground with `--tty` on a terminal of ours:
+//! it makes the container's own, relays between the two, and resizes the
+//! container's to ours on SIGWINCH. (`--console-socket` would hand us the
+//! container's directly, but runc takes it only with `--detach`, and then
+//! the exit code is lost.)
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::process::Stdio;
+use std::rc::Rc;
+
+use smol::Async;
+
+use super::runc::{ExecGuard, Runtime, RuntimeError};
+
+/// Which of the process's stdio the client takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExecIo {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
+type Reader = Box<dyn futures_lite::AsyncRead + Unpin>;
+type Writer = Box<dyn futures_lite::AsyncWrite + Unpin>;
+
+/// A running exec. Dropped before it ended, its process is killed.
+pub struct AttachedExec {
+    pub child: async_process::Child,
+    pub stdin: Option<Writer>,
+    pub stdout: Option<Reader>,
+    pub stderr: Option<Reader>,
+    /// Our terminal's master, with `tty`: output and input both go
+    /// through it.
+    pub terminal: Option<Rc<Async<File>>>,
+    guard: ExecGuard,
+}
+
+impl AttachedExec {
+    /// The process ended by itself: nothing to kill any more.
+    pub fn ended(&mut self) {
+        self.guard.disarm();
+    }
+
+    /// What resizes the terminal, with `tty`.
+    pub fn resizer(&self) -> Option<Resizer> {
+        Some(Resizer {
+            terminal: self.terminal.clone()?,
+            runtime: i32::try_from(self.child.id())
+                .ok()
+                .map(nix::unistd::Pid::from_raw)?,
+        })
+    }
+}
+
+pub struct Resizer {
+    terminal: Rc<Async<File>>,
+    runtime: nix::unistd::Pid,
+}
+
+impl Resizer {
+    /// Sets the terminal's size, as a resize message asks: ours first,
+    /// then the runtime copies it to the container's on SIGWINCH.
+    pub fn resize(&self, width: u16, height: u16) -> std::io::Result<()> {
+        let size = libc::winsize {
+            ws_row: height,
+            ws_col: width,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // Safety: TIOCSWINSZ reads one winsize from the pointer, which
+        // lives across the call.
+        let rc = unsafe { libc::ioctl(self.terminal.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let _ = nix::sys::signal::kill(self.runtime, nix::sys::signal::Signal::SIGWINCH);
+        Ok(())
+    }
+}
+
+/// A new terminal: its master, and its slave in raw mode (the runtime
+/// would make it raw too, but input may come before it does).
+fn open_terminal() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let last = std::io::Error::last_os_error;
+    // Safety: plain syscalls on descriptors owned here; each result is
+    // checked before use and wrapped in an OwnedFd at once.
+    unsafe {
+        let master = libc::open(
+            c"/dev/ptmx".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if master < 0 {
+            return Err(last());
+        }
+        let master = OwnedFd::from_raw_fd(master);
+        let unlock: libc::c_int = 0;
+        if libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) != 0 {
+            return Err(last());
+        }
+        let slave = libc::ioctl(
+            master.as_raw_fd(),
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if slave < 0 {
+            return Err(last());
+        }
+        let slave = OwnedFd::from_raw_fd(slave);
+        let mut termios: libc::termios = std::mem::zeroed();
+        if libc::tcgetattr(slave.as_raw_fd(), &mut termios) != 0 {
+            return Err(last());
+        }
+        libc::cfmakeraw(&mut termios);
+        if libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &termios) != 0 {
+            return Err(last());
+        }
+        Ok((master, slave))
+    }
+}
+
+impl Runtime {
+    /// Starts `argv` in the running container `id`, as its process spec
+    /// says, with the stdio `io` asks for. Its pid file is `name`.pid in
+    /// the private dir `scratch`.
+    pub fn exec_attached(
+        &self,
+        id: &str,
+        argv: &[String],
+        io: ExecIo,
+        scratch: &Path,
+        name: &str,
+    ) -> Result<AttachedExec, RuntimeError> {
+        let spawn_err = |source| RuntimeError::Spawn {
+            runtime: self.kind.name(),
+            op: "exec",
+            path: self.path.clone(),
+            source,
+        };
+        let pid_file = scratch.join(format!("{name}.pid"));
+        let mut args = self.base_args();
+        args.extend(["exec".into(), "--pid-file".into(), pid_file.clone().into()]);
+        if io.tty {
+            args.push("--tty".into());
+        }
+        args.push(id.into());
+        args.extend(argv.iter().map(Into::into));
+        let terminal = if io.tty {
+            Some(open_terminal().map_err(spawn_err)?)
+        } else {
+            None
+        };
+        let stdio = |wanted: bool| -> Result<Stdio, RuntimeError> {
+            Ok(match &terminal {
+                Some((_, slave)) => Stdio::from(slave.try_clone().map_err(spawn_err)?),
+                None if wanted => Stdio::piped(),
+                None => Stdio::null(),
+            })
+        };
+        let mut child = async_process::Command::new(&self.path)
+            .args(&args)
+            .stdin(stdio(io.stdin)?)
+            .stdout(stdio(io.stdout)?)
+            .stderr(stdio(io.stderr)?)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(spawn_err)?;
+        let mut exec = AttachedExec {
+            stdin: child.stdin.take().map(|w| Box::new(w) as Writer),
+            stdout: child.stdout.take().map(|r| Box::new(r) as Reader),
+            stderr: child.stderr.take().map(|r| Box::new(r) as Reader),
+            child,
+            terminal: None,
+            guard: ExecGuard::new(pid_file),
+        };
+        // Our copies of the slave go, so that the master reads EIO (the
+        // end) once the runtime is gone.
+        if let Some((master, _slave)) = terminal {
+            let terminal = Rc::new(Async::new(File::from(master)).map_err(spawn_err)?);
+            exec.stdout = Some(Box::new(SharedFile(terminal.clone())));
+            if io.stdin {
+                exec.stdin = Some(Box::new(SharedFile(terminal.clone())));
+            }
+            exec.terminal = Some(terminal);
+        }
+        Ok(exec)
+    }
+}
+
+/// One end of the terminal's master, for reading or writing; the other
+/// holds a clone.
+struct SharedFile(Rc<Async<File>>);
+
+impl futures_lite::AsyncRead for SharedFile {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let mut file: &Async<File> = &self.0;
+        match std::pin::Pin::new(&mut file).poll_read(cx, buf) {
+            // EIO: every process holding the terminal is gone.
+            std::task::Poll::Ready(Err(e)) if e.raw_os_error() == Some(libc::EIO) => {
+                std::task::Poll::Ready(Ok(0))
+            }
+            other => other,
+        }
+    }
+}
+
+impl futures_lite::AsyncWrite for SharedFile {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let mut file: &Async<File> = &self.0;
+        std::pin::Pin::new(&mut file).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,550 @@
+//! `/exec/{ns}/{pod}[/{uid}]/{container}`: a command run in a container
+//! with the client's stdio, over WebSocket (`v5`/`v4.channel.k8s.io`) or
+//! SPDY/3.1 (`v4.channel.k8s.io`), as the API server forwards
+//! `kubectl exec`. The exit status goes back on the error channel as a
+//! metav1.Status, which is where kubectl reads the exit code from.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use smol::channel::{Receiver, Sender};
+
+use super::upgrade::{self, Negotiated, Refused, Transport};
+use super::{Body, spdy, text, websocket};
+use crate::agent::Context;
+use crate::runtime::attached_exec::ExecIo;
+
+/// Subprotocols per transport, preferred first. v5 adds the close signal,
+/// which only WebSocket needs (SPDY closes a stream by itself).
+const WEBSOCKET_PROTOCOLS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
+const SPDY_PROTOCOLS: &[&str] = &["v4.channel.k8s.io"];
+
+/// How long the client has to open its SPDY streams.
+const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long output may still come after the process ended (a child of
+/// it may hold the pipe open).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
+/// v5: `[255, channel]` closes that channel.
+const CLOSE: u8 = 255;
+
+/// The running container a request names.
+struct Target {
+    uid: String,
+    container_id: String,
+}
+
+fn flag(query: &[(String, String)], name: &str) -> bool {
+    query
+        .iter()
+        .any(|(k, v)| k == name && (v == "1" || v == "true"))
+}
+
+/// The API server's names for the streams, with kubectl's as a fallback
+/// for clients that call the kubelet directly.
+fn exec_io(query: &[(String, String)]) -> ExecIo {
+    let tty = flag(query, "tty");
+    ExecIo {
+        stdin: flag(query, "input") || flag(query, "stdin"),
+        stdout: flag(query, "output") || flag(query, "stdout"),
+        // A terminal has no stderr of its own.
+        stderr: (flag(query, "error") || flag(query, "stderr")) && !tty,
+        tty,
+    }
+}
+
+/// Finds the running container `container` of pod `namespace/pod`.
+async fn find_target(
+    ctx: &Context,
+    namespace: &str,
+    pod: &str,
+    uid: Option<&str>,
+    container: &str,
+) -> Result<Target, Refused> {
+    let layout = ctx.layout.clone();
+    let records = crate::helpers::unblock(move || crate::cli::pod_records(&layout)).await;
+    let record = records
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.namespace == namespace && r.name == pod && !r.terminating)
+        .filter(|r| uid.is_none_or(|uid| r.uid == uid))
+        .max_by_key(|r| r.admitted)
+        .ok_or_else(|| Refused::new(StatusCode::NOT_FOUND, "pod does not exist"))?;
+    // Upstream looks among running containers only, so one that does not
+    // run is not found either, and answers 500.
+    let container_id = record
+        .status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(record.status.init_container_statuses.iter().flatten())
+        .filter(|s| s.name == container)
+        .filter(|s| s.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .find_map(|s| s.container_id.as_deref()?.split_once("://"))
+        .map(|(_, id)| id.to_owned())
+        .ok_or_else(|| {
+            Refused::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("container not found ({container:?})"),
+            )
+        })?;
+    Ok(Target {
+        uid: record.uid,
+        container_id,
+    })
+}
+
+/// Answers an exec request: checks it, switches protocols, and runs the
+/// command once the client's streams are there.
+pub async fn exec(
+    ctx: &Rc<Context>,
+    mut req: Request<Incoming>,
+    (namespace, pod, uid, container): (&str, &str, Option<&str>, &str),
+) -> Response<Body> {
+    let query = super::query_pairs(&req);
+    let command: Vec<String> = query
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.clone())
+        .collect();
+    let io = exec_io(&query);
+    if command.is_empty() {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least one command",
+        );
+    }
+    if !io.stdin && !io.stdout && !io.stderr {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        );
+    }
+    let target = match find_target(ctx, namespace, pod, uid, container).await {
+        Ok(t) => t,
+        Err(refused) => return refused.response(),
+    };
+    let negotiated = match upgrade::negotiate(req.headers(), WEBSOCKET_PROTOCOLS, SPDY_PROTOCOLS) {
+        Ok(n) => n,
+        Err(refused) => return refused.response(),
+    };
+    let response = upgrade::switching(&negotiated);
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let ctx = ctx.clone();
+    crate::rt::spawn(async move {
+        let Some(upgraded) = upgrade::take(on_upgrade).await else {
+            return;
+        };
+        let Some(client) = Client::connect(upgraded, &negotiated, io).await else {
+            return;
+        };
+        run(&ctx, target, command, io, client).await;
+    })
+    .detach();
+    response
+}
+
+/// The client's side of a session, whatever the transport.
+struct Client {
+    stdin: Option<Receiver<Bytes>>,
+    resize: Option<Receiver<Bytes>>,
+    output: Rc<Output>,
+    /// Closed when the client is gone.
+    gone: Receiver<()>,
+}
+
+enum Output {
+    WebSocket {
+        frames: Sender<Vec<u8>>,
+    },
+    Spdy {
+        writer: spdy::Writer,
+        stdout: Option<u32>,
+        stderr: Option<u32>,
+        error: u32,
+    },
+}
+
+impl Output {
+    /// False once the client is gone.
+    async fn write(&self, channel: u8, data: &[u8]) -> bool {
+        match self {
+            Output::WebSocket { frames } => {
+                let mut message = Vec::with_capacity(data.len() + 1);
+                message.push(channel);
+                message.extend_from_slice(data);
+                frames.send(websocket::binary(&message)).await.is_ok()
+            }
+            Output::Spdy {
+                writer,
+                stdout,
+                stderr,
+                ..
+            } => {
+                let id = if channel == STDOUT { stdout } else { stderr };
+                match id {
+                    Some(id) => writer.data(*id, data, false).await.is_ok(),
+                    None => true,
+                }
+            }
+        }
+    }
+
+    /// The status on the error channel, then the end of the session.
+    async fn finish(&self, status: &serde_json::Value) {
+        let status = status.to_string();
+        match self {
+            Output::WebSocket { frames } => {
+                let mut message = vec![ERROR];
+                message.extend_from_slice(status.as_bytes());
+                let _ = frames.send(websocket::binary(&message)).await;
+                let _ = frames.send(websocket::close()).await;
+                frames.close();
+            }
+            Output::Spdy {
+                writer,
+                stdout,
+                stderr,
+                error,
+            } => {
+                let _ = writer.data(*error, status.as_bytes(), true).await;
+                for id in [stdout, stderr].into_iter().flatten() {
+                    let _ = writer.data(*id, &[], true).await;
+                }
+                writer.go_away().await;
+            }
+        }
+    }
+}
+
+impl Client {
+    async fn connect(
+        upgraded: upgrade::Upgraded,
+        negotiated: &Negotiated,
+        io: ExecIo,
+    ) -> Option<Client> {
+        match negotiated.transport {
+            Transport::WebSocket => Some(Self::websocket(upgraded, negotiated.protocol, io)),
+            Transport::Spdy => Self::spdy(upgraded, io).await,
+        }
+    }
+
+    fn websocket(upgraded: upgrade::Upgraded, protocol: &str, io: ExecIo) -> Client {
+        let (read_half, mut write_half) = futures_lite::io::split(upgraded.io);
+        let (frames, frames_rx) = smol::channel::bounded::<Vec<u8>>(16);
+        // An empty message on the lowest channel we write, as upstream
+        // opens the session.
+        let first = if io.stdout {
+            STDOUT
+        } else if io.stderr && !io.tty {
+            STDERR
+        } else {
+            ERROR
+        };
+        let _ = frames.try_send(websocket::binary(&[first]));
+        crate::rt::spawn(async move {
+            while let Ok(frame) = frames_rx.recv().await {
+                if websocket::send(&mut write_half, &frame).await.is_err() {
+                    break;
+                }
+            }
+            let _ = write_half.close().await;
+        })
+        .detach();
+        let (stdin_tx, stdin_rx) = smol::channel::bounded::<Bytes>(8);
+        let (resize_tx, resize_rx) = smol::channel::bounded::<Bytes>(4);
+        let (gone_tx, gone) = smol::channel::bounded::<()>(1);
+        let closes_streams = protocol == "v5.channel.k8s.io";
+        let pongs = frames.clone();
+        let mut reader = websocket::Reader::new(read_half, upgraded.pending);
+        crate::rt::spawn(async move {
+            let _gone = gone_tx;
+            let mut stdin = Some(stdin_tx);
+            loop {
+                match reader.next().await {
+                    Ok(websocket::Incoming::Message(message)) => {
+                        let Some((&channel, data)) = message.split_first() else {
+                            continue;
+                        };
+                        match channel {
+                            STDIN => {
+                                if let Some(tx) = &stdin
+                                    && tx.send(Bytes::copy_from_slice(data)).await.is_err()
+                                {
+                                    stdin = None;
+                                }
+                            }
+                            RESIZE => {
+                                let _ = resize_tx.send(Bytes::copy_from_slice(data)).await;
+                            }
+                            CLOSE if closes_streams && data.first() == Some(&STDIN) => {
+                                stdin = None;
+                            }
+                            _ => {}
+                        }
+                    }
+                    Ok(websocket::Incoming::Ping(payload)) => {
+                        let _ = pongs.send(websocket::pong(&payload)).await;
+                    }
+                    Ok(websocket::Incoming::Close) => break,
+                    Err(e) => {
+                        log::debug!("exec: {e}");
+                        break;
+                    }
+                }
+            }
+        })
+        .detach();
+        Client {
+            stdin: io.stdin.then_some(stdin_rx),
+            resize: io.tty.then_some(resize_rx),
+            output: Rc::new(Output::WebSocket { frames }),
+            gone,
+        }
+    }
+
+    /// Waits for the streams the client must open: error, and one per
+    /// stdio it asked for (stderr only without a terminal, resize only
+    /// with one).
+    async fn spdy(upgraded: upgrade::Upgraded, io: ExecIo) -> Option<Client> {
+        let (streams, writer) = spdy::serve(upgraded.io, upgraded.pending);
+        let expected = 1
+            + usize::from(io.stdin)
+            + usize::from(io.stdout)
+            + usize::from(io.stderr && !io.tty)
+            + usize::from(io.tty);
+        let mut by_type: Vec<spdy::Stream> = Vec::new();
+        let collect = async {
+            while by_type.len() < expected {
+                let stream = streams.recv().await.ok()?;
+                by_type.push(stream);
+            }
+            Some(())
+        };
+        let timeout = async {
+            smol::Timer::after(STREAM_CREATION_TIMEOUT).await;
+            None
+        };
+        if collect.or(timeout).await.is_none() {
+            log::debug!(
+                "exec: the client opened {} of {expected} streams",
+                by_type.len()
+            );
+            writer.go_away().await;
+            return None;
+        }
+        let mut take = |kind: &str| {
+            let index = by_type
+                .iter()
+                .position(|s| s.header("streamtype") == Some(kind))?;
+            Some(by_type.swap_remove(index))
+        };
+        let error = take("error")?;
+        let stdin = take("stdin");
+        let stdout = take("stdout");
+        let stderr = take("stderr");
+        let resize = take("resize");
+        // The error stream's data never comes; it ends with the session,
+        // which is how a gone client shows.
+        let gone = relay(error.data.clone());
+        Some(Client {
+            stdin: stdin.map(|s| s.data),
+            resize: resize.map(|s| s.data),
+            output: Rc::new(Output::Spdy {
+                writer,
+                stdout: stdout.map(|s| s.id),
+                stderr: stderr.map(|s| s.id),
+                error: error.id,
+            }),
+            gone,
+        })
+    }
+}
+
+/// A receiver that closes when `data` ends.
+fn relay(data: Receiver<Bytes>) -> Receiver<()> {
+    let (tx, rx) = smol::channel::bounded::<()>(1);
+    crate::rt::spawn(async move {
+        let _tx = tx;
+        while data.recv().await.is_ok() {}
+    })
+    .detach();
+    rx
+}
+
+/// Copies one of the process's outputs to its channel.
+async fn pump(mut from: Box<dyn futures_lite::AsyncRead + Unpin>, output: Rc<Output>, channel: u8) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if !output.write(channel, &buf[..n]).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Upstream's status for an exit code; kubectl takes the code from the
+/// cause.
+fn exit_status(command: &[String], code: i32) -> serde_json::Value {
+    if code == 0 {
+        return serde_json::json!({"metadata": {}, "status": "Success"});
+    }
+    serde_json::json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": format!(
+            "command terminated with non-zero exit code: error executing command [{}], exit code {code}",
+            command.join(" ")
+        ),
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+    })
+}
+
+/// What could not run at all, as upstream's InternalError.
+fn failure(message: String) -> serde_json::Value {
+    let message = format!("error executing command in container: {message}");
+    serde_json::json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("Internal error occurred: {message}"),
+        "reason": "InternalError",
+        "details": {"causes": [{"message": message}]},
+        "code": 500,
+    })
+}
+
+#[derive(serde::Deserialize)]
+struct TerminalSize {
+    #[serde(rename = "Width")]
+    width: u16,
+    #[serde(rename = "Height")]
+    height: u16,
+}
+
+async fn run(ctx: &Context, target: Target, command: Vec<String>, io: ExecIo, client: Client) {
+    let scratch = ctx.layout.pod(&target.uid);
+    let name = format!("exec-{}", &crate::state::random_hex()[..12]);
+    let exec = ctx
+        .runtime
+        .exec_attached(&target.container_id, &command, io, &scratch, &name);
+    let mut exec = match exec {
+        Ok(exec) => exec,
+        Err(e) => {
+            client.output.finish(&failure(e.to_string())).await;
+            return;
+        }
+    };
+    if let (Some(rx), Some(mut to)) = (client.stdin, exec.stdin.take()) {
+        crate::rt::spawn(async move {
+            while let Ok(data) = rx.recv().await {
+                if to.write_all(&data).await.is_err() || to.flush().await.is_err() {
+                    break;
+                }
+            }
+            // Dropped: the process reads its end of input.
+            let _ = to.close().await;
+        })
+        .detach();
+    }
+    if let (Some(rx), Some(resizer)) = (client.resize, exec.resizer()) {
+        crate::rt::spawn(async move {
+            while let Ok(data) = rx.recv().await {
+                // SPDY carries a stream of JSON objects, WebSocket one per
+                // message: both read as a sequence.
+                let sizes = serde_json::Deserializer::from_slice(&data).into_iter::<TerminalSize>();
+                for size in sizes.flatten() {
+                    if let Err(e) = resizer.resize(size.width, size.height) {
+                        log::debug!("exec: resizing the terminal: {e}");
+                    }
+                }
+            }
+        })
+        .detach();
+    }
+    let outputs: Vec<_> = [(exec.stdout.take(), STDOUT), (exec.stderr.take(), STDERR)]
+        .into_iter()
+        .filter_map(|(from, channel)| {
+            from.map(|from| crate::rt::spawn(pump(from, client.output.clone(), channel)))
+        })
+        .collect();
+    let ended = async { Some(exec.child.status().await) }
+        .or(async {
+            let _ = client.gone.recv().await;
+            None
+        })
+        .await;
+    let Some(status) = ended else {
+        // The client went: the process is killed with `exec`.
+        log::debug!("exec in {}: the client is gone", target.container_id);
+        return;
+    };
+    exec.ended();
+    let drained = async {
+        for output in outputs {
+            output.await;
+        }
+    };
+    drained
+        .or(async {
+            smol::Timer::after(OUTPUT_DRAIN).await;
+        })
+        .await;
+    let status = match status {
+        Ok(status) => exit_status(
+            &command,
+            status.code().unwrap_or_else(|| {
+                128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+            }),
+        ),
+        Err(e) => failure(format!("waiting for the command: {e}")),
+    };
+    client.output.finish(&status).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_code_is_where_kubectl_reads_it() {
+        let command = vec!["sh".to_owned(), "-c".to_owned(), "exit 3".to_owned()];
+        let status = exit_status(&command, 3);
+        assert_eq!(status["status"], "Failure");
+        assert_eq!(status["reason"], "NonZeroExitCode");
+        assert_eq!(status["details"]["causes"][0]["reason"], "ExitCode");
+        assert_eq!(status["details"]["causes"][0]["message"], "3");
+        assert_eq!(exit_status(&command, 0)["status"], "Success");
+    }
+
+    #[test]
+    fn streams_are_read_from_the_api_servers_parameters() {
+        let query: Vec<(String, String)> = [("input", "1"), ("output", "1"), ("tty", "1")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(
+            exec_io(&query),
+            ExecIo {
+                stdin: true,
+                stdout: true,
+                stderr: false,
+                tty: true
+            }
+        );
+    }
+}
