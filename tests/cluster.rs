@@ -1702,3 +1702,100 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
         );
     }
 }
+
+/// An HTTP/1.0 GET on a local port: the body.
+fn http_get(port: u16, path: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    tcp.set_read_timeout(Some(T))?;
+    write!(tcp, "GET {path} HTTP/1.0\r\n\r\n")?;
+    let mut response = Vec::new();
+    tcp.read_to_end(&mut response)?;
+    let body = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| response[at + 4..].to_vec())
+        .ok_or_else(|| std::io::Error::other(String::from_utf8_lossy(&response).into_owned()))?;
+    Ok(body)
+}
+
+/// `kubectl port-forward` in the background, once it listens: the child
+/// and its local port.
+fn port_forward(api: &ApiServer, target: &str, ports: &str) -> (std::process::Child, u16) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(api.kubeconfig())
+        .args(["port-forward", target, ports, "--address", "127.0.0.1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    lines.read_line(&mut line).expect("kubectl prints");
+    // "Forwarding from 127.0.0.1:40123 -> 8080"
+    let port = line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|a| a.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or_else(|| {
+            let mut err = String::new();
+            if let Some(mut stderr) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+            }
+            panic!("kubectl port-forward printed {line:?}: {err}")
+        });
+    std::thread::spawn(move || for _ in lines.lines() {});
+    (child, port)
+}
+
+#[test]
+fn kubectl_port_forward_reaches_a_port_in_the_pods_network_namespace() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-11", &[]);
+    // Only in the pod's own network namespace: nothing on the host
+    // listens on 8080 for this pod.
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest(
+            "web",
+            &image,
+            "",
+            "mkdir /www && echo hello > /www/small && yes abcdefg | head -c 3000000 > /www/big && exec httpd -f -p 127.0.0.1:8080 -h /www",
+        )),
+    );
+    wait(&agent, "the pod running", T, || {
+        running(&api, "web").then_some(())
+    });
+    // kubectl 1.32 first offers its SPDY-over-WebSocket tunnel, which the
+    // kubelet leaves to the API server; refused, kubectl speaks SPDY.
+    let (mut kubectl, port) = port_forward(&api, "pod/web", ":8080");
+    let small = wait(&agent, "the first answer through the forward", T, || {
+        http_get(port, "/small").ok()
+    });
+    assert_eq!(small, b"hello\n");
+    // More than any window SPDY would have, on a connection of its own.
+    let big = http_get(port, "/big").expect("the big file");
+    assert_eq!(big.len(), 3_000_000);
+    assert!(big.chunks(8).all(|c| c == &b"abcdefg\n"[..c.len()]));
+    assert_eq!(
+        http_get(port, "/small").expect("a third connection"),
+        b"hello\n"
+    );
+    let _ = kubectl.kill();
+    let _ = kubectl.wait();
+    // A port nobody listens on: the error comes back in upstream's words.
+    let (mut kubectl, port) = port_forward(&api, "pod/web", ":8081");
+    assert!(http_get(port, "/").map(|b| b.is_empty()).unwrap_or(true));
+    let _ = kubectl.kill();
+    let output = kubectl.wait_with_output().expect("kubectl ends");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains("error forwarding port 8081 to pod web, uid "),
+        "{err}"
+    );
+}

@@ -6,6 +6,7 @@
 
 pub mod auth;
 pub mod client_cert;
+mod port_forward;
 mod remote_command;
 pub mod serving_cert;
 mod spdy;
@@ -308,6 +309,12 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
         }
         (&Method::GET | &Method::POST, ["exec", namespace, pod, uid, container]) => {
             remote_command::exec(ctx, req, (namespace, pod, Some(uid), container)).await
+        }
+        (&Method::GET | &Method::POST, ["portForward", namespace, pod]) => {
+            port_forward::port_forward(ctx, req, (namespace, pod, None)).await
+        }
+        (&Method::GET | &Method::POST, ["portForward", namespace, pod, uid]) => {
+            port_forward::port_forward(ctx, req, (namespace, pod, Some(uid))).await
         }
         (&Method::GET, _) => text(StatusCode::NOT_FOUND, "404 page not found"),
         _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),

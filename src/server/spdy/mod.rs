@@ -97,6 +97,13 @@ impl Writer {
         Ok(())
     }
 
+    /// Refuses stream `id` (status 5: CANCEL, as upstream resets one).
+    pub async fn reset(&self, id: u32) -> Result<(), SpdyError> {
+        let mut payload = id.to_be_bytes().to_vec();
+        payload.extend_from_slice(&5u32.to_be_bytes());
+        self.frame(control(RST_STREAM, 0, &payload)).await
+    }
+
     /// Tells the client no more streams will be served, and ends the
     /// session once what was queued before is written.
     pub async fn go_away(&self) {
