@@ -1799,3 +1799,46 @@ fn kubectl_port_forward_reaches_a_port_in_the_pods_network_namespace() {
         "{err}"
     );
 }
+
+#[test]
+fn kubectl_attach_streams_a_containers_output_until_it_ends() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-12", &[]);
+    for (name, env) in [
+        ("ws", vec![]),
+        ("spdy", vec![("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")]),
+    ] {
+        // Output from before the attach is not shown; what comes after is,
+        // each stream on its own side, until the container ends.
+        let script = "echo early; sleep 4; for i in 1 2 3; do echo tick $i; echo tock $i >&2; sleep 0.5; done";
+        api.kubectl_ok(
+            &["apply", "-f", "-"],
+            Some(&pod_manifest(
+                name,
+                &image,
+                "  restartPolicy: Never\n",
+                script,
+            )),
+        );
+        wait(&agent, "the pod running", T, || {
+            running(&api, name).then_some(())
+        });
+        let (code, out, err) = kubectl_env(&api, &env, &["attach", name, "-c", "main"], "");
+        assert_eq!(code, 0, "{name}: {out}\n{err}");
+        assert_eq!(out, "tick 1\ntick 2\ntick 3\n", "{name}: {err}");
+        assert!(err.contains("tock 1\ntock 2\ntock 3\n"), "{name}: {err}");
+    }
+    // The same split for logs: the kubelet's `stream` parameter.
+    let path = "/api/v1/namespaces/default/pods/ws/log?stream=Stderr";
+    assert_eq!(
+        api.kubectl_ok(&["get", "--raw", path], None),
+        "tock 1\ntock 2\ntock 3\n"
+    );
+    let path = "/api/v1/namespaces/default/pods/ws/log?stream=Stdout";
+    assert_eq!(
+        api.kubectl_ok(&["get", "--raw", path], None),
+        "early\ntick 1\ntick 2\ntick 3\n"
+    );
+}

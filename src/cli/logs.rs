@@ -22,6 +22,8 @@ pub struct LogsArgs {
     pub timestamps: bool,
     /// Only lines logged at or after this time.
     pub since: Option<jiff::Timestamp>,
+    /// Only one stream's lines: `stdout` or `stderr`.
+    pub stream: Option<&'static str>,
 }
 
 fn find_pod(layout: &Layout, target: &str) -> Result<PodRecord, CliError> {
@@ -85,15 +87,19 @@ fn container_running(
 struct Printer {
     timestamps: bool,
     since: Option<jiff::Timestamp>,
+    stream: Option<&'static str>,
     line: String,
     first_time: Option<String>,
 }
 
 impl Printer {
     fn record(&mut self, raw: &str, out: &mut Vec<String>) {
-        let Some((time, _stream, partial, text)) = parse_record(raw) else {
+        let Some((time, stream, partial, text)) = parse_record(raw) else {
             return;
         };
+        if self.stream.is_some_and(|wanted| wanted != stream) {
+            return;
+        }
         if self.first_time.is_none() {
             self.first_time = Some(time.to_owned());
         }
@@ -154,6 +160,7 @@ pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(),
     let mut printer = Printer {
         timestamps: args.timestamps,
         since: args.since,
+        stream: args.stream,
         line: String::new(),
         first_time: None,
     };
@@ -264,6 +271,9 @@ fn follow(
         if !container_running(layout, record, container, count) {
             return Ok(());
         }
+        // A flush between polls: a reader whose client is gone learns it
+        // here even from a silent container.
+        out.flush().map_err(io_err)?;
         std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -310,6 +310,12 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
         (&Method::GET | &Method::POST, ["exec", namespace, pod, uid, container]) => {
             remote_command::exec(ctx, req, (namespace, pod, Some(uid), container)).await
         }
+        (&Method::GET | &Method::POST, ["attach", namespace, pod, container]) => {
+            remote_command::attach(ctx, req, (namespace, pod, None, container)).await
+        }
+        (&Method::GET | &Method::POST, ["attach", namespace, pod, uid, container]) => {
+            remote_command::attach(ctx, req, (namespace, pod, Some(uid), container)).await
+        }
         (&Method::GET | &Method::POST, ["portForward", namespace, pod]) => {
             port_forward::port_forward(ctx, req, (namespace, pod, None)).await
         }
@@ -398,6 +404,9 @@ impl Write for ChannelWriter {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
+        if self.tx.is_closed() {
+            return Err(std::io::Error::other("client gone"));
+        }
         Ok(())
     }
 }
@@ -427,6 +436,19 @@ async fn container_logs(
         },
         (None, None) => None,
     };
+    let stream = match get("stream") {
+        None | Some("All") => None,
+        Some("Stdout") => Some("stdout"),
+        Some("Stderr") => Some("stderr"),
+        Some(other) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "stream: Unsupported value: {other:?}: supported values: \"All\", \"Stderr\", \"Stdout\""
+                ),
+            );
+        }
+    };
     let args = LogsArgs {
         target: format!("{namespace}/{pod}"),
         container: Some(container.to_owned()),
@@ -435,31 +457,10 @@ async fn container_logs(
         previous: flag("previous"),
         timestamps: flag("timestamps"),
         since,
+        stream,
     };
-    let (tx, rx) = smol::channel::bounded::<Bytes>(16);
-    let (found_tx, found_rx) = smol::channel::bounded::<Result<(), CliError>>(1);
-    let state_dir = ctx.layout.root.clone();
-    let left = number("limitBytes");
-    // Reading and following files blocks: a thread of its own, which ends
-    // when the log does or the client goes.
-    let spawned = std::thread::Builder::new()
-        .name("nanolet-logs".into())
-        .spawn(move || {
-            let found = crate::cli::logs::check(&state_dir, &args);
-            let ok = found.is_ok();
-            let _ = found_tx.send_blocking(found);
-            if ok {
-                let mut out = ChannelWriter { tx, left };
-                if let Err(e) = crate::cli::logs::run(&state_dir, &args, &mut out) {
-                    log::debug!("log stream ended: {e}");
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        return text(StatusCode::SERVICE_UNAVAILABLE, &format!("log reader: {e}"));
-    }
-    match found_rx.recv().await {
-        Ok(Ok(())) => {
+    match read_log(ctx.layout.root.clone(), args, number("limitBytes")).await {
+        Ok(rx) => {
             let body = StreamBody::new(rx.map(|b| Ok::<_, BodyError>(Frame::data(b))));
             let mut response = Response::new(BodyExt::boxed_unsync(body));
             if let Ok(v) = "text/plain".parse() {
@@ -467,8 +468,44 @@ async fn container_logs(
             }
             response
         }
-        Ok(Err(CliError::NotFound(message))) => text(StatusCode::NOT_FOUND, &message),
-        Ok(Err(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
-        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "log reader failed"),
+        Err(CliError::NotFound(message)) => text(StatusCode::NOT_FOUND, &message),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
+}
+
+/// A container's log as text, read (and followed) on a thread of its own,
+/// which ends when the log does or the receiver is dropped (at its next
+/// write). Fails if the pod or container is unknown.
+async fn read_log(
+    state_dir: PathBuf,
+    args: LogsArgs,
+    limit_bytes: Option<u64>,
+) -> Result<smol::channel::Receiver<Bytes>, CliError> {
+    let (tx, rx) = smol::channel::bounded::<Bytes>(16);
+    let (found_tx, found_rx) = smol::channel::bounded::<Result<(), CliError>>(1);
+    std::thread::Builder::new()
+        .name("nanolet-logs".into())
+        .spawn(move || {
+            let found = crate::cli::logs::check(&state_dir, &args);
+            let ok = found.is_ok();
+            let _ = found_tx.send_blocking(found);
+            if ok {
+                let mut out = ChannelWriter {
+                    tx,
+                    left: limit_bytes,
+                };
+                if let Err(e) = crate::cli::logs::run(&state_dir, &args, &mut out) {
+                    log::debug!("log stream ended: {e}");
+                }
+            }
+        })
+        .map_err(|e| CliError::Io {
+            path: "log reader thread".into(),
+            source: e,
+        })?;
+    found_rx.recv().await.map_err(|_| CliError::Io {
+        path: "log reader thread".into(),
+        source: std::io::Error::other("it ended early"),
+    })??;
+    Ok(rx)
 }

@@ -30,6 +30,9 @@ const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// it may hold the pipe open).
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 
+const EXEC_FAILED: &str = "error executing command in container";
+const ATTACH_FAILED: &str = "error attaching to container";
+
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
@@ -152,6 +155,108 @@ pub async fn exec(
     })
     .detach();
     response
+}
+
+/// Answers an attach request: the container's output from now on, until
+/// it ends. nanolet runs no container with `stdin: true` (admission
+/// refuses it), so input a client sends is read and dropped.
+pub async fn attach(
+    ctx: &Rc<Context>,
+    mut req: Request<Incoming>,
+    (namespace, pod, uid, container): (&str, &str, Option<&str>, &str),
+) -> Response<Body> {
+    let io = exec_io(&super::query_pairs(&req));
+    if !io.stdin && !io.stdout && !io.stderr {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr",
+        );
+    }
+    if let Err(refused) = find_target(ctx, namespace, pod, uid, container).await {
+        return refused.response();
+    }
+    let negotiated = match upgrade::negotiate(req.headers(), WEBSOCKET_PROTOCOLS, SPDY_PROTOCOLS) {
+        Ok(n) => n,
+        Err(refused) => return refused.response(),
+    };
+    let response = upgrade::switching(&negotiated);
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let state_dir = ctx.layout.root.clone();
+    let (target, container) = (format!("{namespace}/{pod}"), container.to_owned());
+    crate::rt::spawn(async move {
+        let Some(upgraded) = upgrade::take(on_upgrade).await else {
+            return;
+        };
+        let Some(client) = Client::connect(upgraded, &negotiated, io).await else {
+            return;
+        };
+        run_attach(state_dir, target, container, io, client).await;
+    })
+    .detach();
+    response
+}
+
+async fn run_attach(
+    state_dir: std::path::PathBuf,
+    target: String,
+    container: String,
+    io: ExecIo,
+    client: Client,
+) {
+    if let Some(stdin) = client.stdin {
+        crate::rt::spawn(async move { while stdin.recv().await.is_ok() {} }).detach();
+    }
+    let mut readers = Vec::new();
+    for (wanted, stream, channel) in [(io.stdout, "stdout", STDOUT), (io.stderr, "stderr", STDERR)]
+    {
+        if !wanted {
+            continue;
+        }
+        // The log from its end on: what the container writes from now.
+        let args = crate::cli::logs::LogsArgs {
+            target: target.clone(),
+            container: Some(container.clone()),
+            follow: true,
+            tail: Some(0),
+            stream: Some(stream),
+            ..Default::default()
+        };
+        match super::read_log(state_dir.clone(), args, None).await {
+            Ok(lines) => {
+                let output = client.output.clone();
+                readers.push(crate::rt::spawn(async move {
+                    while let Ok(bytes) = lines.recv().await {
+                        if !output.write(channel, &bytes).await {
+                            return;
+                        }
+                    }
+                }));
+            }
+            Err(e) => {
+                client
+                    .output
+                    .finish(&failure(ATTACH_FAILED, e.to_string()))
+                    .await;
+                return;
+            }
+        }
+    }
+    // The readers end with the container; dropped, they end their
+    // threads too.
+    let ended = async {
+        for reader in readers {
+            reader.await;
+        }
+        true
+    }
+    .or(async {
+        let _ = client.gone.recv().await;
+        false
+    })
+    .await;
+    if ended {
+        client.output.finish(&success()).await;
+    }
 }
 
 /// The client's side of a session, whatever the transport.
@@ -397,11 +502,15 @@ async fn pump(mut from: Box<dyn futures_lite::AsyncRead + Unpin>, output: Rc<Out
     }
 }
 
+fn success() -> serde_json::Value {
+    serde_json::json!({"metadata": {}, "status": "Success"})
+}
+
 /// Upstream's status for an exit code; kubectl takes the code from the
 /// cause.
 fn exit_status(command: &[String], code: i32) -> serde_json::Value {
     if code == 0 {
-        return serde_json::json!({"metadata": {}, "status": "Success"});
+        return success();
     }
     serde_json::json!({
         "metadata": {},
@@ -415,9 +524,11 @@ fn exit_status(command: &[String], code: i32) -> serde_json::Value {
     })
 }
 
-/// What could not run at all, as upstream's InternalError.
-fn failure(message: String) -> serde_json::Value {
-    let message = format!("error executing command in container: {message}");
+/// What could not run at all, as upstream's InternalError; `what` is
+/// "error executing command in container" or "error attaching to
+/// container".
+fn failure(what: &str, message: String) -> serde_json::Value {
+    let message = format!("{what}: {message}");
     serde_json::json!({
         "metadata": {},
         "status": "Failure",
@@ -445,7 +556,10 @@ async fn run(ctx: &Context, target: Target, command: Vec<String>, io: ExecIo, cl
     let mut exec = match exec {
         Ok(exec) => exec,
         Err(e) => {
-            client.output.finish(&failure(e.to_string())).await;
+            client
+                .output
+                .finish(&failure(EXEC_FAILED, e.to_string()))
+                .await;
             return;
         }
     };
@@ -511,7 +625,7 @@ async fn run(ctx: &Context, target: Target, command: Vec<String>, io: ExecIo, cl
                 128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
             }),
         ),
-        Err(e) => failure(format!("waiting for the command: {e}")),
+        Err(e) => failure(EXEC_FAILED, format!("waiting for the command: {e}")),
     };
     client.output.finish(&status).await;
 }
