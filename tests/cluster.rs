@@ -1676,7 +1676,8 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
         let text = String::from_utf8_lossy(&script.stdout);
         assert_eq!(script.status.code(), Some(7), "{transport}: {text}");
         assert!(text.contains("/dev/pts/"), "{transport}: {text}");
-        // kubectl sends its terminal's size; the container's follows.
+        // kubectl sends its terminal's size; the container's starts at it
+        // (a container's terminal of 0x0 fails `stty size`).
         assert!(text.contains("33 91"), "{transport}: {text}");
         // The container's processes are the pod's own and no exec is
         // left behind.
@@ -1688,6 +1689,27 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
             0,
             "{transport}: {out}"
         );
+        // A client that goes takes its command with it.
+        let mut gone = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(api.kubeconfig())
+            .args(["exec", "shell", "--", "sleep", "997"])
+            .envs(env.iter().copied())
+            .spawn()
+            .expect("kubectl runs");
+        let sleeping = || {
+            let (_, out, _) =
+                kubectl_env(&api, &env, &["exec", "shell", "--", "ps", "-o", "args"], "");
+            out.lines().any(|l| l.trim() == "sleep 997")
+        };
+        wait(&agent, "the exec'd sleep running", T, || {
+            sleeping().then_some(())
+        });
+        let _ = gone.kill();
+        let _ = gone.wait();
+        wait(&agent, "the exec'd sleep killed", T, || {
+            (!sleeping()).then_some(())
+        });
         // Errors come back as upstream words them.
         let (code, _, err) = kubectl_env(
             &api,

@@ -66,21 +66,25 @@ impl Resizer {
     /// Sets the terminal's size, as a resize message asks: ours first,
     /// then the runtime copies it to the container's on SIGWINCH.
     pub fn resize(&self, width: u16, height: u16) -> std::io::Result<()> {
-        let size = libc::winsize {
-            ws_row: height,
-            ws_col: width,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // Safety: TIOCSWINSZ reads one winsize from the pointer, which
-        // lives across the call.
-        let rc = unsafe { libc::ioctl(self.terminal.as_raw_fd(), libc::TIOCSWINSZ, &size) };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        set_size(self.terminal.as_raw_fd(), width, height)?;
         let _ = nix::sys::signal::kill(self.runtime, nix::sys::signal::Signal::SIGWINCH);
         Ok(())
     }
+}
+
+fn set_size(terminal: std::os::fd::RawFd, width: u16, height: u16) -> std::io::Result<()> {
+    let size = libc::winsize {
+        ws_row: height,
+        ws_col: width,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // Safety: TIOCSWINSZ reads one winsize from the pointer, which lives
+    // across the call.
+    if unsafe { libc::ioctl(terminal, libc::TIOCSWINSZ, &size) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A new terminal: its master, and its slave in raw mode (the runtime
@@ -126,14 +130,16 @@ fn open_terminal() -> std::io::Result<(OwnedFd, OwnedFd)> {
 impl Runtime {
     /// Starts `argv` in the running container `id`, as its process spec
     /// says, with the stdio `io` asks for. Its pid file is `name`.pid in
-    /// the private dir `scratch`.
+    /// the private dir `scratch`. A terminal starts at `size` (width,
+    /// height): the runtime copies it once as it starts, and a SIGWINCH
+    /// before its handler is there would be lost.
     pub fn exec_attached(
         &self,
         id: &str,
         argv: &[String],
         io: ExecIo,
-        scratch: &Path,
-        name: &str,
+        size: Option<(u16, u16)>,
+        (scratch, name): (&Path, &str),
     ) -> Result<AttachedExec, RuntimeError> {
         let spawn_err = |source| RuntimeError::Spawn {
             runtime: self.kind.name(),
@@ -150,7 +156,11 @@ impl Runtime {
         args.push(id.into());
         args.extend(argv.iter().map(Into::into));
         let terminal = if io.tty {
-            Some(open_terminal().map_err(spawn_err)?)
+            let (master, slave) = open_terminal().map_err(spawn_err)?;
+            if let Some((width, height)) = size {
+                set_size(master.as_raw_fd(), width, height).map_err(spawn_err)?;
+            }
+            Some((master, slave))
         } else {
             None
         };

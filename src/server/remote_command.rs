@@ -547,12 +547,39 @@ struct TerminalSize {
     height: u16,
 }
 
+/// How long a terminal's first size may take to come.
+const FIRST_SIZE_WAIT: Duration = Duration::from_secs(1);
+
+/// Resize messages: JSON objects, several in one SPDY frame maybe.
+fn sizes(data: &[u8]) -> impl Iterator<Item = (u16, u16)> + '_ {
+    serde_json::Deserializer::from_slice(data)
+        .into_iter::<TerminalSize>()
+        .flatten()
+        .map(|s| (s.width, s.height))
+}
+
+async fn first_size(resize: &Receiver<Bytes>) -> Option<(u16, u16)> {
+    let first = async { resize.recv().await.ok() }
+        .or(async {
+            smol::Timer::after(FIRST_SIZE_WAIT).await;
+            None
+        })
+        .await?;
+    sizes(&first).last()
+}
+
 async fn run(ctx: &Context, target: Target, command: Vec<String>, io: ExecIo, client: Client) {
     let scratch = ctx.layout.pod(&target.uid);
     let name = format!("exec-{}", &crate::state::random_hex()[..12]);
-    let exec = ctx
-        .runtime
-        .exec_attached(&target.container_id, &command, io, &scratch, &name);
+    // kubectl sends its terminal's size first thing; the terminal starts
+    // at it.
+    let size = match &client.resize {
+        Some(resize) if io.tty => first_size(resize).await,
+        _ => None,
+    };
+    let exec =
+        ctx.runtime
+            .exec_attached(&target.container_id, &command, io, size, (&scratch, &name));
     let mut exec = match exec {
         Ok(exec) => exec,
         Err(e) => {
@@ -578,11 +605,8 @@ async fn run(ctx: &Context, target: Target, command: Vec<String>, io: ExecIo, cl
     if let (Some(rx), Some(resizer)) = (client.resize, exec.resizer()) {
         crate::rt::spawn(async move {
             while let Ok(data) = rx.recv().await {
-                // SPDY carries a stream of JSON objects, WebSocket one per
-                // message: both read as a sequence.
-                let sizes = serde_json::Deserializer::from_slice(&data).into_iter::<TerminalSize>();
-                for size in sizes.flatten() {
-                    if let Err(e) = resizer.resize(size.width, size.height) {
+                for (width, height) in sizes(&data) {
+                    if let Err(e) = resizer.resize(width, height) {
                         log::debug!("exec: resizing the terminal: {e}");
                     }
                 }
