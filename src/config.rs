@@ -47,6 +47,7 @@ struct KubeletConfigurationDoc {
     kube_reserved: BTreeMap<String, String>,
     #[serde(default)]
     system_reserved: BTreeMap<String, String>,
+    enforce_node_allocatable: Option<Vec<String>>,
     eviction_hard: Option<BTreeMap<String, String>>,
     eviction_soft: Option<BTreeMap<String, String>>,
     eviction_soft_grace_period: Option<BTreeMap<String, String>>,
@@ -247,6 +248,9 @@ pub struct Config {
     /// Resource name → bytes or millicores held back from allocatable.
     pub kube_reserved: BTreeMap<String, i64>,
     pub system_reserved: BTreeMap<String, i64>,
+    /// `enforceNodeAllocatable` has `pods` (the default): the `kubepods`
+    /// cgroup is capped at capacity less the reservations.
+    pub enforce_pods_allocatable: bool,
     /// Eviction thresholds and their timing.
     pub eviction: Eviction,
     pub node_status_update_frequency: Duration,
@@ -519,6 +523,7 @@ impl Default for Config {
             register_node: true,
             register_with_taints: Vec::new(),
             kube_reserved: BTreeMap::new(),
+            enforce_pods_allocatable: true,
             system_reserved: BTreeMap::new(),
             eviction: Eviction::default(),
             node_status_update_frequency: Duration::from_secs(10),
@@ -569,6 +574,38 @@ fn reservations(
                 .map(|v| (name.clone(), v))
         })
         .collect()
+}
+
+/// `enforceNodeAllocatable`, as upstream validates it: whether `pods` is
+/// in it. nanolet makes no system- or kube-reserved cgroups to enforce the
+/// others on, and says so.
+fn enforce_node_allocatable(list: &[String]) -> Result<bool, String> {
+    let mut pods = false;
+    for value in list {
+        match value.as_str() {
+            "pods" => pods = true,
+            "none" if list.len() == 1 => {}
+            "none" => {
+                return Err(
+                    "enforceNodeAllocatable: \"none\" cannot be combined with other values".into(),
+                );
+            }
+            "system-reserved"
+            | "kube-reserved"
+            | "system-reserved-compressible"
+            | "kube-reserved-compressible" => {
+                return Err(format!(
+                    "enforceNodeAllocatable: {value:?} is not supported: nanolet runs no systemReservedCgroup or kubeReservedCgroup"
+                ));
+            }
+            other => {
+                return Err(format!(
+                    "enforceNodeAllocatable: unknown value {other:?}: supported values are \"pods\" and \"none\""
+                ));
+            }
+        }
+    }
+    Ok(pods)
 }
 
 /// The image GC fields, checked as upstream's validation does.
@@ -725,6 +762,9 @@ impl Config {
             reservations(&kubelet.kube_reserved, "kubeReserved").map_err(invalid)?;
         config.system_reserved =
             reservations(&kubelet.system_reserved, "systemReserved").map_err(invalid)?;
+        if let Some(list) = &kubelet.enforce_node_allocatable {
+            config.enforce_pods_allocatable = enforce_node_allocatable(list).map_err(invalid)?;
+        }
         if let Some(hard) = &kubelet.eviction_hard {
             config.eviction.thresholds = thresholds(hard, None).map_err(invalid)?;
         }

@@ -936,13 +936,24 @@ fn resource_metrics_show_a_busy_pod_busy_and_an_idle_one_idle() {
     // Half a core at most: the other tests share these 2 cores.
     let busy = pod_manifest("busy", &image, "", "while :; do :; done")
         + "    resources: {limits: {cpu: 500m}}\n";
+    // A pod that writes to its writable layer, a volume and its log.
+    let disk = pod_manifest(
+        "disk",
+        &image,
+        "  volumes:\n  - name: scratch\n    emptyDir: {}\n",
+        "head -c 3000000 /dev/zero > /rootfs-file; head -c 2000000 /dev/zero > /scratch/file; echo written; exec sleep 3600",
+    ) + "    volumeMounts:\n    - {name: scratch, mountPath: /scratch}\n";
     let manifests = format!(
-        "{busy}---\n{}",
+        "{busy}---\n{}---\n{disk}",
         pod_manifest("idle", &image, "", "exec sleep 3600")
     );
     api.kubectl_ok(&["apply", "-f", "-"], Some(&manifests));
-    wait(&agent, "both pods running", T, || {
+    wait(&agent, "the pods running", T, || {
         (running(&api, "busy") && running(&api, "idle")).then_some(())
+    });
+    wait(&agent, "the disk pod's writes", T, || {
+        let (ok, out, _) = api.kubectl(&["logs", "disk"], None);
+        (ok && out == "written\n").then_some(())
     });
     // Through the API server's node proxy, as metrics-server reads it.
     let scrape = || {
@@ -1050,6 +1061,25 @@ fn resource_metrics_show_a_busy_pod_busy_and_an_idle_one_idle() {
     );
     assert_eq!(idle["containers"][0]["name"], "main");
     assert!(idle["startTime"].is_string(), "{idle:#}");
+    // Disk, measured as upstream's `du`: the writable layer, the log, the
+    // volume, and all of it as the pod's ephemeral storage.
+    let disk = pod("disk");
+    let bytes = |v: &Value| v["usedBytes"].as_u64().unwrap_or(0);
+    let rootfs = &disk["containers"][0]["rootfs"];
+    assert!(bytes(rootfs) >= 3_000_000, "{disk:#}");
+    assert!(
+        rootfs["capacityBytes"].as_u64().unwrap_or(0) > 0,
+        "{disk:#}"
+    );
+    assert!(bytes(&disk["containers"][0]["logs"]) > 0, "{disk:#}");
+    let volume = &disk["volume"][0];
+    assert_eq!(volume["name"], "scratch", "{disk:#}");
+    assert!(bytes(volume) >= 2_000_000, "{disk:#}");
+    assert!(volume["inodesUsed"].as_u64().unwrap_or(0) >= 2, "{disk:#}");
+    let ephemeral = bytes(&disk["ephemeral-storage"]);
+    assert!(ephemeral >= 5_000_000, "{disk:#}");
+    assert!(ephemeral < 6_000_000, "nothing counted twice: {disk:#}");
+    assert!(bytes(&idle["ephemeral-storage"]) < 1_000_000, "{idle:#}");
 
     // nanolet's own metrics: the image pull counted, and the loop's lag
     // sampled during it.
@@ -1368,6 +1398,17 @@ fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort_pods(
         metrics.contains("kubelet_evictions{eviction_signal=\"memory.available\"} 1"),
         "{metrics}"
     );
+    // Where the kernel has PSI, its word on memory pressure wakes the
+    // eviction pass too.
+    if std::path::Path::new("/proc/pressure/memory").exists() {
+        assert!(
+            agent
+                .log()
+                .contains("memory pressure notifications from /proc/pressure/memory"),
+            "{}",
+            agent.log()
+        );
+    }
 }
 
 /// Used and total bytes of the filesystem holding `path` (df's view).
@@ -1606,7 +1647,7 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
     let registry = Registry::start();
     let image = registry.push("test/busybox:1", &[]);
     let api = ApiServer::start();
-    let agent = Agent::join(&registry, &api, "edge-10", &[]);
+    let agent = Agent::join(&registry, &api, "edge-15", &[]);
     api.kubectl_ok(
         &["apply", "-f", "-"],
         Some(&pod_manifest(
@@ -1778,7 +1819,7 @@ fn kubectl_port_forward_reaches_a_port_in_the_pods_network_namespace() {
     let registry = Registry::start();
     let image = registry.push("test/busybox:1", &[]);
     let api = ApiServer::start();
-    let agent = Agent::join(&registry, &api, "edge-11", &[]);
+    let agent = Agent::join(&registry, &api, "edge-16", &[]);
     // Only in the pod's own network namespace: nothing on the host
     // listens on 8080 for this pod.
     api.kubectl_ok(
@@ -1827,7 +1868,7 @@ fn kubectl_attach_streams_a_containers_output_until_it_ends() {
     let registry = Registry::start();
     let image = registry.push("test/busybox:1", &[]);
     let api = ApiServer::start();
-    let agent = Agent::join(&registry, &api, "edge-12", &[]);
+    let agent = Agent::join(&registry, &api, "edge-17", &[]);
     for (name, env) in [
         ("ws", vec![]),
         ("spdy", vec![("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")]),
@@ -1863,4 +1904,111 @@ fn kubectl_attach_streams_a_containers_output_until_it_ends() {
         api.kubectl_ok(&["get", "--raw", path], None),
         "early\ntick 1\ntick 2\ntick 3\n"
     );
+}
+
+/// A client certificate for `user`, signed by a CA of its own: the CA's
+/// and the client's PEM paths (cert, key).
+fn client_cert_of_a_new_ca(
+    dir: &std::path::Path,
+    user: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let (ca, ca_key) = (dir.join("new-ca.crt"), dir.join("new-ca.key"));
+    common::apiserver::self_signed(&ca, &ca_key, "rotated-ca", &[]);
+    let (cert, key, csr, ext) = (
+        dir.join("user.crt"),
+        dir.join("user.key"),
+        dir.join("user.csr"),
+        dir.join("user.ext"),
+    );
+    std::fs::write(
+        &ext,
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let s = |t: &str| std::ffi::OsString::from(t);
+    run(&[
+        &s("req"),
+        &s("-new"),
+        &s("-newkey"),
+        &s("ec"),
+        &s("-pkeyopt"),
+        &s("ec_paramgen_curve:prime256v1"),
+        &s("-nodes"),
+        &s("-subj"),
+        &s(&format!("/CN={user}")),
+        &s("-keyout"),
+        key.as_os_str(),
+        &s("-out"),
+        csr.as_os_str(),
+    ]);
+    run(&[
+        &s("x509"),
+        &s("-req"),
+        &s("-in"),
+        csr.as_os_str(),
+        &s("-CA"),
+        ca.as_os_str(),
+        &s("-CAkey"),
+        ca_key.as_os_str(),
+        &s("-days"),
+        &s("1"),
+        &s("-extfile"),
+        ext.as_os_str(),
+        &s("-out"),
+        cert.as_os_str(),
+    ]);
+    (ca, cert, key)
+}
+
+#[test]
+fn a_rotated_client_ca_is_trusted_without_a_restart() {
+    let registry = Registry::start();
+    let api = ApiServer::start();
+    let work = common::TempDir::new("nanolet-client-ca");
+    // The API server's CA first, as a file of the test's own.
+    let bundle = work.path().join("client-ca.crt");
+    let api_ca = std::fs::read_to_string(api.dir.join("ca.crt")).unwrap();
+    std::fs::write(&bundle, &api_ca).unwrap();
+    let agent = Agent::join(
+        &registry,
+        &api,
+        "edge-18",
+        &["--client-ca-file", bundle.to_str().unwrap()],
+    );
+    let port = kubelet_port(&api, &agent, "edge-18");
+    let (new_ca, cert, key) = client_cert_of_a_new_ca(work.path(), "rotated-user");
+    let as_user = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    // Not trusted yet: the handshake refuses the certificate (upstream
+    // takes it and answers 401; either way no user).
+    let untrusted = kubelet_call(&port, "/pods", &as_user).0;
+    assert!(untrusted == 0 || untrusted == 401, "{untrusted}");
+    // The bundle gains the new CA, replaced as a rotation replaces it.
+    let next = work.path().join("next.crt");
+    std::fs::write(&next, api_ca + &std::fs::read_to_string(&new_ca).unwrap()).unwrap();
+    std::fs::rename(&next, &bundle).unwrap();
+    // Trusted now: the user is known, and not allowed (403, with its name).
+    let body = wait(&agent, "the new CA trusted", T, || {
+        let (code, body) = kubelet_call(&port, "/pods", &as_user);
+        (code == 403).then_some(body)
+    });
+    assert!(body.contains("user=rotated-user"), "{body}");
+    // The API server's own certificate still gets through.
+    let pods = api.kubectl_ok(&["get", "--raw", "/api/v1/nodes/edge-18/proxy/pods"], None);
+    assert!(pods.contains("PodList"), "{pods}");
 }

@@ -2758,3 +2758,75 @@ fn healthz_answers_on_its_own_plain_port() {
     assert_eq!(answer, "ok\n 200");
     assert!(get("/pods").ends_with("404"), "{}", get("/pods"));
 }
+
+#[test]
+fn the_kubepods_cgroup_is_capped_at_node_allocatable() {
+    let registry = Registry::start();
+    let work = common::TempDir::new("nanolet-allocatable");
+    let config = work.path().join("config.yaml");
+    fs::write(
+        &config,
+        "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nsystemReserved: {cpu: 500m, memory: 256Mi, pid: '1000'}\nkubeReserved: {memory: 64Mi}\n",
+    )
+    .unwrap();
+    let agent = Agent::start_with(&registry, &["--config", config.to_str().unwrap()]);
+    let page = |bytes: u64| bytes / 4096 * 4096;
+    let mem_total = fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024;
+    let memory = page(mem_total - (320 << 20)).to_string();
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } as u64;
+    let shares = (cpus * 1000 - 500) * 1024 / 1000;
+    let pid_max: u64 = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let pids = (pid_max - 1000).to_string();
+    let read = |dir: &std::path::Path, file: &str| {
+        fs::read_to_string(dir.join(file))
+            .map(|t| t.trim().to_owned())
+            .ok()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let dirs = agent.cgroup_dirs("kubepods");
+        // cgroup v2 has one dir with every file; v1 one per controller.
+        let mut seen = Vec::new();
+        for dir in &dirs {
+            for (file, want) in [
+                ("memory.max", memory.clone()),
+                ("memory.limit_in_bytes", memory.clone()),
+                (
+                    "cpu.weight",
+                    (1 + (shares - 2) * 9999 / 262_142).to_string(),
+                ),
+                ("cpu.shares", shares.to_string()),
+                ("pids.max", pids.clone()),
+            ] {
+                if let Some(got) = read(dir, file) {
+                    seen.push((file, got == want, got, want));
+                }
+            }
+        }
+        let found = |names: &[&str]| names.iter().any(|n| seen.iter().any(|s| s.0 == *n));
+        let all_set = found(&["memory.max", "memory.limit_in_bytes"])
+            && found(&["cpu.weight", "cpu.shares"])
+            && found(&["pids.max"])
+            && seen.iter().all(|s| s.1);
+        if all_set {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubepods not capped: {seen:?}\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -406,9 +406,18 @@ fn pid_observation() -> Option<Observation> {
 }
 
 /// The manager's loop: a pass every 10 s (see the module's comment).
-pub async fn run(ctx: Rc<Context>, candidates: Candidates, orders: smol::channel::Sender<Order>) {
+/// Passes every [`PERIOD`], and at once when the kernel says memory is
+/// short (`pressure`, where it can).
+pub async fn run(
+    ctx: Rc<Context>,
+    candidates: Candidates,
+    orders: smol::channel::Sender<Order>,
+    pressure: Option<smol::channel::Receiver<()>>,
+) {
+    use futures_lite::FutureExt;
     let mut ordered: HashSet<String> = HashSet::new();
     loop {
+        let mut ordered_now = false;
         let measured = measure(&ctx, PodDetail::None).await;
         let act = ctx.eviction.observe(&measured.signals, Instant::now());
         if let Some(crossed) = act.first() {
@@ -428,12 +437,29 @@ pub async fn run(ctx: Rc<Context>, candidates: Candidates, orders: smol::channel
                 );
                 crate::stats::own::evicted(signal);
                 ordered.insert(order.uid.clone());
+                ordered_now = true;
                 let _ = orders.send(order).await;
             }
         }
         // Pods that are gone cannot be evicted again.
         ordered.retain(|uid| candidates.borrow().iter().any(|c| &c.uid == uid));
-        smol::Timer::after(PERIOD).await;
+        // After an eviction the next pass waits its period, whatever the
+        // kernel says: the evicted pod's memory takes a moment to come
+        // back, and a pass before would pick a second pod.
+        let notified = async {
+            match &pressure {
+                Some(rx) if !ordered_now && rx.recv().await.is_ok() => {
+                    log::debug!("eviction: the kernel reports memory pressure");
+                }
+                // No notifications (or no more): only the timer.
+                _ => std::future::pending::<()>().await,
+            }
+        };
+        async {
+            smol::Timer::after(PERIOD).await;
+        }
+        .or(notified)
+        .await;
     }
 }
 

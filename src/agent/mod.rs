@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod events;
 pub mod eviction;
 pub mod grpc_health;
+pub mod memory_pressure;
 pub mod mirror;
 pub mod node;
 pub mod objects;
@@ -242,7 +243,13 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     crate::rt::spawn(collect_images(ctx.clone())).detach();
     let candidates = eviction::Candidates::default();
     let (evict_tx, evict_rx) = smol::channel::unbounded();
-    crate::rt::spawn(eviction::run(ctx.clone(), candidates.clone(), evict_tx)).detach();
+    crate::rt::spawn(eviction::run(
+        ctx.clone(),
+        candidates.clone(),
+        evict_tx,
+        memory_pressure::watch(),
+    ))
+    .detach();
     if ctx.config.healthz_port != 0 {
         let addr =
             std::net::SocketAddr::new(ctx.config.healthz_bind_address, ctx.config.healthz_port);
@@ -353,6 +360,9 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         }
     };
 
+    if let Err(e) = ctx.cgroups.update_pods(&node::pods_cgroup_limits(&ctx)) {
+        log::warn!("the kubepods cgroup: {e}");
+    }
     let mut qos_written: Option<u64> = None;
     loop {
         let scan = match &source {

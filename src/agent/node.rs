@@ -142,6 +142,31 @@ pub fn allocatable(ctx: &Context) -> (u64, u64) {
     (cpu, memory)
 }
 
+/// The `kubepods` cgroup's limits, as upstream's enforceNodeAllocatable
+/// sets them: CPU weight from the allocatable CPU and, when `pods` is
+/// enforced, memory and PIDs capped at capacity less kubeReserved and
+/// systemReserved. The hard eviction threshold stays inside the cap, so
+/// that eviction acts before the kernel's OOM killer does.
+pub fn pods_cgroup_limits(ctx: &Context) -> crate::cgroup::Limits {
+    use crate::cgroup::{Limits, cpu_shares};
+    let config = &ctx.config;
+    let enforce = config.enforce_pods_allocatable;
+    let reserved = |name: &str| if enforce { reserved(config, name) } else { 0 };
+    let cpu_milli = (online_cpus() as i64 * 1000 - reserved("cpu")).max(0) as u64;
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|t| t.trim().parse::<i64>().ok());
+    Limits {
+        cpu_shares: cpu_shares(Some(cpu_milli)),
+        cpu_quota: None,
+        memory_max: enforce
+            .then(|| (ctx.memory_capacity as i64 - reserved("memory")).max(0) as u64),
+        pids_max: pid_max
+            .filter(|_| reserved("pid") > 0)
+            .map(|max| (max - reserved("pid")).max(1)),
+    }
+}
+
 /// The node's status now; the pressure conditions are the eviction
 /// manager's.
 pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::NodeStatus {

@@ -71,10 +71,14 @@ impl Hierarchy {
         limits::ensure(self.version, &self.pod_path(qos, uid), limits)
     }
 
+    /// `kubepods`, which holds every pod, sized as upstream sizes it: see
+    /// `agent::node::pods_cgroup_limits`.
+    pub fn update_pods(&self, limits: &Limits) -> Result<(), CgroupError> {
+        limits::ensure(self.version, &self.qos_path(QosClass::Guaranteed), limits)
+    }
+
     /// The QoS-level cgroups, as upstream sizes them: BestEffort gets the
     /// least CPU weight, Burstable the sum of its pods' CPU requests.
-    /// `kubepods` itself keeps its defaults until allocatable is enforced
-    /// on it (issue 7).
     pub fn update_qos(&self, burstable_cpu_milli: u64) -> Result<(), CgroupError> {
         let besteffort = Limits {
             cpu_shares: cpu_shares(None),

@@ -23,6 +23,19 @@ pub struct DiskUsageError {
 /// descriptor and never follows a link: the tree is a container's to
 /// change while it is measured.
 pub fn disk_usage(root: &Path) -> Result<u64, DiskUsageError> {
+    dir_usage(root).map(|u| u.bytes)
+}
+
+/// What a tree takes: allocated bytes, and inodes (each hard-linked file
+/// once), as the Summary API's `usedBytes` and `inodesUsed`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirUsage {
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+/// [`disk_usage`] with the inodes counted too.
+pub fn dir_usage(root: &Path) -> Result<DirUsage, DiskUsageError> {
     let fail = |path: &Path| {
         let path = path.to_owned();
         move |source| DiskUsageError { path, source }
@@ -33,6 +46,7 @@ pub fn disk_usage(root: &Path) -> Result<u64, DiskUsageError> {
     let device = top_stat.st_dev;
     let mut seen_links = HashSet::new();
     let mut total = allocated(&top_stat);
+    let mut inodes = 1;
     let mut pending: Vec<(OwnedFd, PathBuf)> = vec![(top, root.to_owned())];
     while let Some((fd, path)) = pending.pop() {
         let mut dir = Dir::from_fd(fd).map_err(fail(&path))?;
@@ -56,6 +70,7 @@ pub fn disk_usage(root: &Path) -> Result<u64, DiskUsageError> {
                 continue;
             }
             total += allocated(&stat);
+            inodes += 1;
             if is_dir {
                 subdirs.push(name);
             }
@@ -74,7 +89,10 @@ pub fn disk_usage(root: &Path) -> Result<u64, DiskUsageError> {
             }
         }
     }
-    Ok(total)
+    Ok(DirUsage {
+        bytes: total,
+        inodes,
+    })
 }
 
 fn allocated(stat: &FileStat) -> u64 {
@@ -100,7 +118,10 @@ mod tests {
             .set_len(64 << 20)
             .unwrap();
         let full = disk_usage(&dir);
+        let inodes = dir_usage(&dir).map(|u| u.inodes);
         std::fs::remove_dir_all(&dir).unwrap();
+        // The dir, sub, the file (once for its two names), link, sparse.
+        assert_eq!(inodes.unwrap(), 5);
         let (empty, full) = (empty.unwrap(), full.unwrap());
         let grown = full - empty;
         assert!(

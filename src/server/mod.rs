@@ -5,6 +5,7 @@
 //! or 403 with upstream's words otherwise.
 
 pub mod auth;
+mod client_ca;
 pub mod client_cert;
 mod port_forward;
 mod remote_command;
@@ -24,14 +25,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_lite::StreamExt;
 use futures_rustls::TlsAcceptor;
-use futures_rustls::rustls::server::WebPkiClientVerifier;
-use futures_rustls::rustls::{self, RootCertStore, ServerConfig};
+use futures_rustls::rustls::{self, ServerConfig};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use smol::Async;
 
 use self::auth::{Attributes, Authority, Refusal, UserInfo};
@@ -83,22 +81,8 @@ fn tls_config(ctx: &Context) -> Result<Arc<ServerConfig>, ServerError> {
         .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
     let builder = match &ctx.config.client_ca_file {
         Some(path) => {
-            let mut roots = RootCertStore::empty();
-            for cert in
-                CertificateDer::pem_file_iter(path).map_err(|e| serving_cert::tls_err(path, e))?
-            {
-                let cert = cert.map_err(|e| serving_cert::tls_err(path, e))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| serving_cert::tls_err(path, e))?;
-            }
-            // Unauthenticated clients get through the handshake and then a
-            // 401, as upstream answers them.
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| serving_cert::tls_err(path, e))?;
-            builder.with_client_cert_verifier(verifier)
+            let verifier = client_ca::ClientCa::new(path, provider)?;
+            builder.with_client_cert_verifier(Arc::new(verifier))
         }
         None => builder.with_no_client_auth(),
     };
@@ -367,10 +351,12 @@ async fn stats_summary(ctx: &Context, only_cpu_and_memory: bool) -> Response<Bod
         state_dir: ctx.layout.root.clone(),
         images_dir: ctx.layout.images(),
         runtime_root: ctx.layout.runtime_root(),
+        pod_logs_dir: ctx.config.pod_logs_dir.clone(),
     };
     let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
     let summary = crate::helpers::unblock(move || {
-        let mut summary = crate::stats::summary::summary(&layout, &cgroups, &node);
+        let mut summary =
+            crate::stats::summary::summary(&layout, &cgroups, &node, !only_cpu_and_memory);
         if only_cpu_and_memory {
             crate::stats::summary::only_cpu_and_memory(&mut summary);
         }

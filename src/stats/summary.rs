@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::{Snapshot, collect};
 use crate::cgroup::Hierarchy;
 use crate::cgroup::usage::Usage;
+use crate::runtime::disk_usage::{DirUsage, dir_usage};
 use crate::state::Layout;
 
 /// The previous request's sample, for rates.
@@ -32,6 +33,8 @@ pub struct NodeInfo {
     /// (compressed) sizes the `usedBytes`.
     pub images_dir: PathBuf,
     pub runtime_root: PathBuf,
+    /// `<podLogsDir>`: pods' logs, under `<ns>_<name>_<uid>/<container>`.
+    pub pod_logs_dir: PathBuf,
 }
 
 fn time(t: Timestamp) -> String {
@@ -127,6 +130,46 @@ fn fs(at: &str, path: &Path, used: Option<u64>) -> Option<Value> {
     }))
 }
 
+/// A tree's usage on its filesystem, as the Summary API's FsStats: the
+/// filesystem's size and room, the tree's own bytes and inodes. Walks the
+/// tree: on request only, as upstream's numbers are.
+fn tree(at: &str, path: &Path) -> Option<(Value, DirUsage)> {
+    let used = dir_usage(path).ok()?;
+    let mut v = fs(at, path, Some(used.bytes))?;
+    v["inodesUsed"] = used.inodes.into();
+    Some((v, used))
+}
+
+/// The pod's volumes (`<pod>/volumes/<name>`) as VolumeStats, and what of
+/// them is on `nodefs` (the device `node_device`), for ephemeral-storage.
+fn volumes(at: &str, pod_dir: &Path, node_device: Option<u64>) -> (Vec<Value>, DirUsage) {
+    let mut stats = Vec::new();
+    let mut on_node = DirUsage::default();
+    let Ok(entries) = std::fs::read_dir(pod_dir.join("volumes")) else {
+        return (stats, on_node);
+    };
+    let mut entries: Vec<_> = entries.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let Some((mut v, used)) = tree(at, &path) else {
+            continue;
+        };
+        v["name"] = entry.file_name().to_string_lossy().into_owned().into();
+        // A memory-medium emptyDir is its own tmpfs: not the node's disk.
+        if device(&path).is_some() && device(&path) == node_device {
+            on_node.bytes += used.bytes;
+            on_node.inodes += used.inodes;
+        }
+        stats.push(v);
+    }
+    (stats, on_node)
+}
+
+fn device(path: &Path) -> Option<u64> {
+    std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(path).ok()?).into()
+}
+
 /// The init process of a container, from the runtime's state file.
 fn init_pid(runtime_root: &Path, id: &str) -> Option<u64> {
     let text = std::fs::read_to_string(runtime_root.join(id).join("state.json")).ok()?;
@@ -149,8 +192,9 @@ fn read_trimmed(path: &str) -> Option<String> {
     Some(std::fs::read_to_string(path).ok()?.trim().to_owned())
 }
 
-/// The summary, read now. Blocking: run it off the loop.
-pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo) -> Value {
+/// The summary, read now; `with_disk` walks the pods' writable layers,
+/// logs and volumes too. Blocking: run it off the loop.
+pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo, with_disk: bool) -> Value {
     let (before, now) = samples(layout, cgroups);
     let seconds = now.at.duration_since(before.at).as_secs_f64();
     let at = time(now.at);
@@ -181,11 +225,23 @@ pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo) -> Value {
     }
     let previous_pods: HashMap<&str, &super::PodStats> =
         before.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+    let node_device = device(&node.state_dir);
     let pods: Vec<Value> = now
         .pods
         .iter()
         .map(|p| {
             let prev = previous_pods.get(p.uid.as_str());
+            let pod_dir = layout.pod(&p.uid);
+            let log_dir = node
+                .pod_logs_dir
+                .join(format!("{}_{}_{}", p.namespace, p.name, p.uid));
+            // Writable layers, logs and volumes on the node's disk: the
+            // pod's ephemeral storage, as upstream adds it up.
+            let mut ephemeral = DirUsage::default();
+            let mut add = |u: DirUsage| {
+                ephemeral.bytes += u.bytes;
+                ephemeral.inodes += u.inodes;
+            };
             let containers: Vec<Value> = p
                 .containers
                 .iter()
@@ -193,14 +249,35 @@ pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo) -> Value {
                     let prev_usage = prev
                         .and_then(|pp| pp.containers.iter().find(|pc| pc.id == c.id))
                         .map(|pc| &pc.usage);
-                    json!({
+                    let mut v = json!({
                         "name": c.name,
                         "startTime": c.started.map(time),
                         "cpu": cpu(&at, &c.usage, nano_cores(prev_usage, &c.usage, seconds)),
                         "memory": memory(&at, &c.usage, None),
-                    })
+                    });
+                    if !with_disk {
+                        return v;
+                    }
+                    let upper = crate::runtime::Bundle::new(&pod_dir, &c.id)
+                        .dir
+                        .join("upper");
+                    if let Some((rootfs, used)) = tree(&at, &upper) {
+                        v["rootfs"] = rootfs;
+                        add(used);
+                    }
+                    if let Some((logs, used)) = tree(&at, &log_dir.join(&c.name)) {
+                        v["logs"] = logs;
+                        add(used);
+                    }
+                    v
                 })
                 .collect();
+            let (volume_stats, on_node) = if with_disk {
+                volumes(&at, &pod_dir, node_device)
+            } else {
+                Default::default()
+            };
+            add(on_node);
             let net_dev = p
                 .containers
                 .iter()
@@ -211,7 +288,13 @@ pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo) -> Value {
                 "startTime": p.started.map(time),
                 "containers": containers,
                 "network": network(&at, net_dev),
+                "volume": volume_stats,
             });
+            if with_disk && let Some(mut storage) = fs(&at, &node.state_dir, Some(ephemeral.bytes))
+            {
+                storage["inodesUsed"] = ephemeral.inodes.into();
+                v["ephemeral-storage"] = storage;
+            }
             if let Some(usage) = &p.usage {
                 let prev_usage = prev.and_then(|pp| pp.usage.as_ref());
                 v["cpu"] = cpu(&at, usage, nano_cores(prev_usage, usage, seconds));
