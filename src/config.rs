@@ -51,6 +51,7 @@ struct KubeletConfigurationDoc {
     eviction_hard: Option<BTreeMap<String, String>>,
     eviction_soft: Option<BTreeMap<String, String>>,
     eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
     eviction_max_pod_grace_period: Option<i64>,
     eviction_pressure_transition_period: Option<String>,
     node_status_update_frequency: Option<String>,
@@ -346,6 +347,19 @@ pub struct Eviction {
     pub max_pod_grace: Duration,
     /// How long a pressure condition stays on after its signal clears.
     pub transition_period: Duration,
+    /// evictionMinimumReclaim: once crossed, a signal must come back this
+    /// far above its threshold before it counts as clear.
+    pub min_reclaim: Vec<(Signal, ThresholdValue)>,
+}
+
+impl Eviction {
+    /// The minimum reclaim of `signal`'s thresholds, in its unit.
+    pub fn min_reclaim(&self, signal: Signal, capacity: u64) -> u64 {
+        self.min_reclaim
+            .iter()
+            .find(|(s, _)| *s == signal)
+            .map_or(0, |(_, v)| v.of(capacity))
+    }
 }
 
 impl Default for Eviction {
@@ -365,6 +379,7 @@ impl Default for Eviction {
             ],
             max_pod_grace: Duration::ZERO,
             transition_period: Duration::from_secs(300),
+            min_reclaim: Vec::new(),
         }
     }
 }
@@ -395,18 +410,7 @@ fn thresholds(
         .map(|(name, text)| {
             let signal = Signal::parse(name)
                 .ok_or_else(|| format!("{field}: unknown eviction signal {name:?}"))?;
-            let value = match text.trim().strip_suffix('%') {
-                Some(percent) => percent
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|p| (0.0..=100.0).contains(p))
-                    .map(ThresholdValue::Percent)
-                    .ok_or_else(|| format!("{field}.{name}: {text:?} is not a percentage"))?,
-                None => ThresholdValue::Quantity(
-                    quantity::parse_bytes(text).map_err(|e| format!("{field}.{name}: {e}"))?,
-                ),
-            };
+            let value = threshold_value(field, name, text)?;
             let grace = match graces {
                 None => None,
                 Some(graces) => {
@@ -424,6 +428,34 @@ fn thresholds(
                 value,
                 grace,
             })
+        })
+        .collect()
+}
+
+/// A quantity, or a percentage of the capacity.
+fn threshold_value(field: &str, name: &str, text: &str) -> Result<ThresholdValue, String> {
+    match text.trim().strip_suffix('%') {
+        Some(percent) => percent
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|p| (0.0..=100.0).contains(p))
+            .map(ThresholdValue::Percent)
+            .ok_or_else(|| format!("{field}.{name}: {text:?} is not a percentage")),
+        None => Ok(ThresholdValue::Quantity(
+            quantity::parse_bytes(text).map_err(|e| format!("{field}.{name}: {e}"))?,
+        )),
+    }
+}
+
+/// evictionMinimumReclaim: known signals, quantities or percentages.
+fn min_reclaim(map: &BTreeMap<String, String>) -> Result<Vec<(Signal, ThresholdValue)>, String> {
+    let field = "evictionMinimumReclaim";
+    map.iter()
+        .map(|(name, text)| {
+            let signal = Signal::parse(name)
+                .ok_or_else(|| format!("{field}: unknown eviction signal {name:?}"))?;
+            Ok((signal, threshold_value(field, name, text)?))
         })
         .collect()
 }
@@ -778,6 +810,9 @@ impl Config {
                 .thresholds
                 .extend(thresholds(soft, Some(&graces)).map_err(invalid)?);
         }
+        if let Some(map) = &kubelet.eviction_minimum_reclaim {
+            config.eviction.min_reclaim = min_reclaim(map).map_err(invalid)?;
+        }
         if let Some(seconds) = kubelet.eviction_max_pod_grace_period {
             config.eviction.max_pod_grace = Duration::from_secs(seconds.max(0) as u64);
         }
@@ -1128,7 +1163,7 @@ mod tests {
         assert_eq!(defaults.hard(Signal::MemoryAvailable, 0), Some(100 << 20));
         assert_eq!(defaults.hard(Signal::ImagefsAvailable, 1000), Some(150));
         let c = Config::parse(
-            "evictionHard: {memory.available: 1Gi, pid.available: 10%}\nevictionSoft: {memory.available: 2Gi}\nevictionSoftGracePeriod: {memory.available: 90s}\nevictionMaxPodGracePeriod: 20\nevictionPressureTransitionPeriod: 1m\n",
+            "evictionHard: {memory.available: 1Gi, pid.available: 10%}\nevictionSoft: {memory.available: 2Gi}\nevictionSoftGracePeriod: {memory.available: 90s}\nevictionMaxPodGracePeriod: 20\nevictionPressureTransitionPeriod: 1m\nevictionMinimumReclaim: {memory.available: 0Mi, nodefs.available: 5%}\n",
             Path::new("c"),
         )
         .unwrap();
@@ -1142,7 +1177,12 @@ mod tests {
         assert_eq!(soft.grace, Some(Duration::from_secs(90)));
         assert_eq!(e.max_pod_grace, Duration::from_secs(20));
         assert_eq!(e.transition_period, Duration::from_secs(60));
+        assert_eq!(e.min_reclaim(Signal::NodefsAvailable, 1000), 50);
+        assert_eq!(e.min_reclaim(Signal::MemoryAvailable, 1000), 0);
+        assert_eq!(e.min_reclaim(Signal::PidAvailable, 1000), 0);
         for bad in [
+            "evictionMinimumReclaim: {memory.free: 1Gi}\n",
+            "evictionMinimumReclaim: {nodefs.available: 200%}\n",
             "evictionHard: {memory.free: 1Gi}\n",
             "evictionHard: {nodefs.available: 120%}\n",
             "evictionSoft: {memory.available: 1Gi}\n",

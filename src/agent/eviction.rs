@@ -127,6 +127,11 @@ impl EvictionManager {
         self.pressure.get()
     }
 
+    /// evictionMinimumReclaim of `signal`, in its unit.
+    pub fn min_reclaim(&self, signal: Signal, capacity: u64) -> u64 {
+        self.settings.min_reclaim(signal, capacity)
+    }
+
     /// Takes in one set of observations: updates the conditions and
     /// returns the thresholds to act on now, hard ones first.
     pub fn observe(
@@ -141,7 +146,14 @@ impl EvictionManager {
             let Some(observation) = observations.get(&threshold.signal) else {
                 continue;
             };
-            let crossed = observation.available < threshold.value.of(observation.capacity);
+            // Crossed last time: clear only past the minimum reclaim too.
+            let mut bar = threshold.value.of(observation.capacity);
+            if since.contains_key(&i) {
+                bar += self
+                    .settings
+                    .min_reclaim(threshold.signal, observation.capacity);
+            }
+            let crossed = observation.available < bar;
             if !crossed {
                 since.remove(&i);
                 continue;
@@ -491,7 +503,9 @@ async fn act_on(ctx: &Context, crossed: &Crossed, candidates: &[Candidate]) -> O
         }
         let measured = measure(ctx, PodDetail::Disk).await;
         let observation = *measured.signals.get(&signal)?;
-        if observation.available >= crossed.threshold.value.of(observation.capacity) {
+        let enough = crossed.threshold.value.of(observation.capacity)
+            + ctx.eviction.min_reclaim(signal, observation.capacity);
+        if observation.available >= enough {
             log::info!(
                 "eviction: {} back above its threshold after reclaim",
                 signal.name()
@@ -533,6 +547,7 @@ mod tests {
             thresholds,
             max_pod_grace: Duration::from_secs(10),
             transition_period: Duration::from_secs(300),
+            min_reclaim: Vec::new(),
         })
     }
 
@@ -603,6 +618,29 @@ mod tests {
             m.observe(&memory(250), last + Duration::from_secs(430))
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_crossed_threshold_clears_only_past_its_minimum_reclaim() {
+        let m = EvictionManager::new(Eviction {
+            thresholds: vec![Threshold {
+                signal: Signal::MemoryAvailable,
+                value: ThresholdValue::Quantity(100),
+                grace: None,
+            }],
+            max_pod_grace: Duration::ZERO,
+            transition_period: Duration::ZERO,
+            min_reclaim: vec![(Signal::MemoryAvailable, ThresholdValue::Percent(5.0))],
+        });
+        let t0 = Instant::now();
+        // Not crossed before: the threshold alone decides.
+        assert!(m.observe(&memory(120), t0).is_empty());
+        assert_eq!(m.observe(&memory(90), t0).len(), 1);
+        // Crossed: 100 + 5 % of 1000 must be available to clear.
+        assert_eq!(m.observe(&memory(120), t0).len(), 1);
+        assert_eq!(m.observe(&memory(149), t0).len(), 1);
+        assert!(m.observe(&memory(150), t0).is_empty());
+        assert!(m.observe(&memory(120), t0).is_empty());
     }
 
     fn candidate(uid: &str, qos: QosClass, priority: i32, request: u64) -> Candidate {
