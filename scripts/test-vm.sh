@@ -21,6 +21,8 @@ selection=(a_container_over_its_memory_limit_is_oom_killed
   security_contexts_and_volume_options
   kill9_of_the_agent_adopts_running_containers
   shared_process_namespace
+  the_kubepods_cgroup_is_capped_at_node_allocatable
+  the_runtime_execs_with_pipes_and_on_a_terminal
   "$@")
 
 job="set -e

@@ -2830,3 +2830,107 @@ fn the_kubepods_cgroup_is_capped_at_node_allocatable() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// What `kubectl exec` stands on, with either runtime (the cgroup v2 VM
+/// runs this with crun): a command with the client's pipes, and one on a
+/// terminal of nanolet's, started at the client's size.
+#[test]
+fn the_runtime_execs_with_pipes_and_on_a_terminal() {
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    use nanolet::config::RuntimeKind;
+    use nanolet::runtime::attached_exec::ExecIo;
+    use nanolet::runtime::runc::Runtime;
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    agent.write_manifest(
+        "shell.yaml",
+        &pod_yaml(
+            "shell",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    let record = agent.wait_running("shell");
+    let id = record["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .and_then(|id| id.split_once("://"))
+        .map(|(_, id)| id.to_owned())
+        .expect("a container ID");
+    let kind = match common::runtime().as_str() {
+        "crun" => RuntimeKind::Crun,
+        _ => RuntimeKind::Runc,
+    };
+    let runtime = Runtime::new(kind, common::runtime().into(), agent.state.join("runtime"));
+    let scratch = agent.dir.path().to_owned();
+    let argv = |text: &str| vec!["sh".to_owned(), "-c".to_owned(), text.to_owned()];
+    nanolet::rt::block_on(async {
+        let pipes = ExecIo {
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: false,
+        };
+        let mut exec = runtime
+            .exec_attached(
+                &id,
+                &argv("cat; echo err >&2; exit 4"),
+                pipes,
+                None,
+                (&scratch, "pipes"),
+            )
+            .expect("exec starts");
+        let mut stdin = exec.stdin.take().expect("stdin");
+        stdin.write_all(b"hello\n").await.unwrap();
+        stdin.close().await.unwrap();
+        drop(stdin);
+        let (mut out, mut err) = (String::new(), String::new());
+        exec.stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .await
+            .unwrap();
+        exec.stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .await
+            .unwrap();
+        let status = exec.child.status().await.unwrap();
+        exec.ended();
+        assert_eq!(
+            (out.as_str(), err.as_str(), status.code()),
+            ("hello\n", "err\n", Some(4))
+        );
+
+        let terminal = ExecIo {
+            stdin: false,
+            stdout: true,
+            stderr: false,
+            tty: true,
+        };
+        let mut exec = runtime
+            .exec_attached(
+                &id,
+                &argv("tty; stty size; exit 5"),
+                terminal,
+                Some((100, 40)),
+                (&scratch, "tty"),
+            )
+            .expect("exec starts");
+        let mut out = Vec::new();
+        exec.stdout
+            .take()
+            .unwrap()
+            .read_to_end(&mut out)
+            .await
+            .unwrap();
+        let status = exec.child.status().await.unwrap();
+        exec.ended();
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.contains("/dev/pts/"), "{out}");
+        assert!(out.contains("40 100"), "{out}");
+        assert_eq!(status.code(), Some(5), "{out}");
+    });
+}
