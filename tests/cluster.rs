@@ -1925,19 +1925,8 @@ fn client_cert_of_a_new_ca(
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
     )
     .unwrap();
-    let run = |args: &[&std::ffi::OsStr]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
     let s = |t: &str| std::ffi::OsString::from(t);
-    run(&[
+    common::apiserver::openssl(&[
         &s("req"),
         &s("-new"),
         &s("-newkey"),
@@ -1952,7 +1941,7 @@ fn client_cert_of_a_new_ca(
         &s("-out"),
         csr.as_os_str(),
     ]);
-    run(&[
+    common::apiserver::openssl(&[
         &s("x509"),
         &s("-req"),
         &s("-in"),

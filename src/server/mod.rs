@@ -311,6 +311,32 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
+/// The pod `namespace/pod` this node runs (its newest record, not
+/// terminating), read off the loop. 404 as upstream words it: "pod does
+/// not exist", or "pod not found" when `uid` names another.
+async fn pod_record(
+    ctx: &Context,
+    namespace: &str,
+    pod: &str,
+    uid: Option<&str>,
+) -> Result<crate::agent::checkpoint::PodRecord, upgrade::Refused> {
+    let layout = ctx.layout.clone();
+    let records = crate::helpers::unblock(move || crate::cli::pod_records(&layout)).await;
+    let record = records
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.namespace == namespace && r.name == pod && !r.terminating)
+        .max_by_key(|r| r.admitted)
+        .ok_or_else(|| upgrade::Refused::new(StatusCode::NOT_FOUND, "pod does not exist"))?;
+    if uid.is_some_and(|uid| uid != record.uid) {
+        return Err(upgrade::Refused::new(
+            StatusCode::NOT_FOUND,
+            "pod not found",
+        ));
+    }
+    Ok(record)
+}
+
 /// The pods this node runs, with their statuses, as a PodList.
 async fn pods(ctx: &Context) -> Response<Body> {
     let layout = ctx.layout.clone();

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use smol::Async;
 
@@ -44,17 +44,7 @@ async fn find_target(
     pod: &str,
     uid: Option<&str>,
 ) -> Result<Target, Refused> {
-    let layout = ctx.layout.clone();
-    let records = crate::helpers::unblock(move || crate::cli::pod_records(&layout)).await;
-    let record = records
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|r| r.namespace == namespace && r.name == pod && !r.terminating)
-        .max_by_key(|r| r.admitted)
-        .ok_or_else(|| Refused::new(StatusCode::NOT_FOUND, "pod does not exist"))?;
-    if uid.is_some_and(|uid| uid != record.uid) {
-        return Err(Refused::new(StatusCode::NOT_FOUND, "pod not found"));
-    }
+    let record = super::pod_record(ctx, namespace, pod, uid).await?;
     let netns = ctx.layout.pod(&record.uid).join("ns").join("net");
     let netns = crate::mount::is_mounted(&netns).then_some(netns);
     Ok(Target {

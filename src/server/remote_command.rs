@@ -1,8 +1,9 @@
-//! `/exec/{ns}/{pod}[/{uid}]/{container}`: a command run in a container
-//! with the client's stdio, over WebSocket (`v5`/`v4.channel.k8s.io`) or
-//! SPDY/3.1 (`v4.channel.k8s.io`), as the API server forwards
-//! `kubectl exec`. The exit status goes back on the error channel as a
-//! metav1.Status, which is where kubectl reads the exit code from.
+//! `/exec/{ns}/{pod}[/{uid}]/{container}` and `/attach/...`, over
+//! WebSocket (`v5`/`v4.channel.k8s.io`) or SPDY/3.1 (`v4.channel.k8s.io`),
+//! as the API server forwards `kubectl exec` and `kubectl attach`: a
+//! command run in a container with the client's stdio, or the container's
+//! own output. The end goes back on the error channel as a metav1.Status,
+//! which is where kubectl reads an exit code from.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -74,15 +75,7 @@ async fn find_target(
     uid: Option<&str>,
     container: &str,
 ) -> Result<Target, Refused> {
-    let layout = ctx.layout.clone();
-    let records = crate::helpers::unblock(move || crate::cli::pod_records(&layout)).await;
-    let record = records
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|r| r.namespace == namespace && r.name == pod && !r.terminating)
-        .filter(|r| uid.is_none_or(|uid| r.uid == uid))
-        .max_by_key(|r| r.admitted)
-        .ok_or_else(|| Refused::new(StatusCode::NOT_FOUND, "pod does not exist"))?;
+    let record = super::pod_record(ctx, namespace, pod, uid).await?;
     // Upstream looks among running containers only, so one that does not
     // run is not found either, and answers 500.
     let container_id = record

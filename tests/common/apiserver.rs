@@ -30,32 +30,37 @@ pub fn self_signed(
     common_name: &str,
     extra: &[&str],
 ) {
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args([
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            &format!("/CN={common_name}"),
-        ])
-        .args(extra)
-        .arg("-keyout")
-        .arg(key)
-        .arg("-out")
-        .arg(cert)
-        .output()
-        .unwrap();
+    let subject = format!("/CN={common_name}");
+    let fixed = [
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        &subject,
+    ];
+    let mut args: Vec<&std::ffi::OsStr> = fixed.iter().map(std::ffi::OsStr::new).collect();
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    args.extend([
+        std::ffi::OsStr::new("-keyout"),
+        key.as_os_str(),
+        std::ffi::OsStr::new("-out"),
+        cert.as_os_str(),
+    ]);
+    openssl(&args);
+}
+
+/// Runs openssl, which must succeed.
+pub fn openssl(args: &[&std::ffi::OsStr]) {
+    let out = Command::new("openssl").args(args).output().unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "openssl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

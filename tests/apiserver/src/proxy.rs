@@ -60,11 +60,11 @@ fn unavailable(message: String) -> ApiError {
 }
 
 /// GETs `path_and_query` from the kubelet and streams its answer back.
-pub async fn forward(
+/// A TLS connection to the kubelet at `address`.
+async fn dial(
     tls: Arc<ClientConfig>,
     address: &str,
-    path_and_query: &str,
-) -> ApiResult<Response<crate::server::Body>> {
+) -> ApiResult<futures_rustls::client::TlsStream<Async<TcpStream>>> {
     let addrs = smol::net::resolve(address)
         .await
         .map_err(|e| unavailable(format!("{address}: {e}")))?;
@@ -75,10 +75,18 @@ pub async fn forward(
         .await
         .map_err(|e| unavailable(format!("error dialing backend: dial tcp {address}: {e}")))?;
     let name = ServerName::IpAddress(addr.ip().into());
-    let stream = TlsConnector::from(tls)
+    TlsConnector::from(tls)
         .connect(name, tcp)
         .await
-        .map_err(|e| unavailable(format!("error dialing backend: tls: {e}")))?;
+        .map_err(|e| unavailable(format!("error dialing backend: tls: {e}")))
+}
+
+pub async fn forward(
+    tls: Arc<ClientConfig>,
+    address: &str,
+    path_and_query: &str,
+) -> ApiResult<Response<crate::server::Body>> {
+    let stream = dial(tls, address).await?;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(nanolet::http::io::HyperIo(stream))
             .await
@@ -138,20 +146,7 @@ pub async fn forward_upgrade(
     path_and_query: &str,
     mut req: Request<hyper::body::Incoming>,
 ) -> ApiResult<Response<crate::server::Body>> {
-    let addrs = smol::net::resolve(address)
-        .await
-        .map_err(|e| unavailable(format!("{address}: {e}")))?;
-    let addr = addrs
-        .first()
-        .ok_or_else(|| unavailable(format!("{address}: no address")))?;
-    let tcp = Async::<TcpStream>::connect(*addr)
-        .await
-        .map_err(|e| unavailable(format!("error dialing backend: dial tcp {address}: {e}")))?;
-    let name = ServerName::IpAddress(addr.ip().into());
-    let stream = TlsConnector::from(tls)
-        .connect(name, tcp)
-        .await
-        .map_err(|e| unavailable(format!("error dialing backend: tls: {e}")))?;
+    let stream = dial(tls, address).await?;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(nanolet::http::io::HyperIo(stream))
             .await

@@ -243,6 +243,23 @@ pub async fn serve(
 }
 
 /// The path split into segments, for routing.
+/// The container a pod subresource names, or the pod's only one.
+fn container_of(pod: &Value, name: &str, requested: Option<&String>) -> ApiResult<String> {
+    let containers: Vec<&str> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    match requested {
+        Some(c) => Ok(c.clone()),
+        None if containers.len() == 1 => Ok(containers[0].to_owned()),
+        None => Err(ApiError::bad_request(format!(
+            "a container name must be specified for pod {name}, choose one of: [{}]",
+            containers.join(" ")
+        ))),
+    }
+}
+
 /// Namespace, pod and action of a streaming pod subresource's path.
 fn pod_stream(path: &str) -> Option<(&str, &str, &str)> {
     match segments(path).as_slice() {
@@ -585,21 +602,7 @@ impl Server {
             }
             (&Method::GET, Some(name), Some("log")) => {
                 let pod = api.get(resource, namespace, name)?;
-                let containers: Vec<&str> = pod
-                    .pointer("/spec/containers")
-                    .and_then(Value::as_array)
-                    .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
-                    .unwrap_or_default();
-                let container = match query.get("container") {
-                    Some(c) => c.clone(),
-                    None if containers.len() == 1 => containers[0].to_owned(),
-                    None => {
-                        return Err(ApiError::bad_request(format!(
-                            "a container name must be specified for pod {name}, choose one of: [{}]",
-                            containers.join(" ")
-                        )));
-                    }
-                };
+                let container = container_of(&pod, name, query.get("container"))?;
                 let node_name = pod
                     .pointer("/spec/nodeName")
                     .and_then(Value::as_str)
@@ -905,21 +908,8 @@ impl Server {
             }
             format!("/portForward/{namespace}/{name}")
         } else {
-            let containers: Vec<&str> = pod
-                .pointer("/spec/containers")
-                .and_then(Value::as_array)
-                .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
-                .unwrap_or_default();
-            let container = match get("container") {
-                Some(c) => c.to_owned(),
-                None if containers.len() == 1 => containers[0].to_owned(),
-                None => {
-                    return Err(ApiError::bad_request(format!(
-                        "a container name must be specified for pod {name}, choose one of: [{}]",
-                        containers.join(" ")
-                    )));
-                }
-            };
+            let requested = get("container").map(str::to_owned);
+            let container = container_of(&pod, name, requested.as_ref())?;
             if action == "exec" {
                 for (_, command) in query.iter().filter(|(k, _)| k == "command") {
                     params.push(format!(
