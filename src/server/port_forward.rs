@@ -96,15 +96,20 @@ async fn serve(upgraded: upgrade::Upgraded, target: Rc<Target>) {
             (None, Some("data")) => stream.id.saturating_sub(2).to_string(),
             (None, _) => stream.id.to_string(),
         };
-        let pair = pairs.entry(key.clone()).or_default();
-        let slot = match stream.header("streamtype") {
-            Some("error") => &mut pair.error,
-            Some("data") => &mut pair.data,
+        let is_error = match stream.header("streamtype") {
+            Some("error") => true,
+            Some("data") => false,
             other => {
                 log::debug!("port forward: invalid stream type {other:?}");
                 let _ = writer.reset(stream.id).await;
                 continue;
             }
+        };
+        let pair = pairs.entry(key.clone()).or_default();
+        let slot = if is_error {
+            &mut pair.error
+        } else {
+            &mut pair.data
         };
         if slot.is_some() {
             let _ = writer.reset(stream.id).await;
