@@ -1161,6 +1161,9 @@ fn the_kubelet_api_authenticates_then_asks_the_api_server_who_may_do_what() {
         ("/metrics", "metrics"),
         ("/metrics/resource", "metrics"),
         ("/containerLogs/default/none/main", "proxy"),
+        ("/exec/default/none/main?command=true&output=1", "proxy"),
+        ("/attach/default/none/main?output=1", "proxy"),
+        ("/portForward/default/none", "proxy"),
     ];
 
     // Nobody, and a token the API server never issued: 401 everywhere.

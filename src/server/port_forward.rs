@@ -46,7 +46,9 @@ async fn find_target(
 ) -> Result<Target, Refused> {
     let record = super::pod_record(ctx, namespace, pod, uid).await?;
     let netns = ctx.layout.pod(&record.uid).join("ns").join("net");
-    let netns = crate::mount::is_mounted(&netns).then_some(netns);
+    // mountinfo grows with the pods: read off the loop.
+    let netns =
+        crate::helpers::unblock(move || crate::mount::is_mounted(&netns).then_some(netns)).await;
     Ok(Target {
         name: record.name,
         uid: record.uid,
