@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use super::Context;
 use crate::config::{Eviction, Signal, Threshold};
 use crate::pod::QosClass;
-use crate::runtime::disk_usage::disk_usage;
 use crate::stats::fs::FsUsage;
 
 /// Upstream's housekeeping interval.
@@ -362,18 +361,17 @@ async fn measure(ctx: &Context, detail: PodDetail) -> Measured {
             signals.insert(Signal::PidAvailable, pids);
         }
         let mut pods = HashMap::new();
+        let node_device = crate::stats::disk::device(&layout.root);
         for pod in &snapshot.pods {
             let containers = |f: fn(&crate::cgroup::usage::Usage) -> u64| {
                 pod.containers.iter().map(|c| f(&c.usage)).sum::<u64>()
             };
             let usage = pod.usage;
+            // Its ephemeral storage, as the Summary API reports it.
             let disk = if detail == PodDetail::Disk {
-                let dir = layout.pod(&pod.uid);
-                let log_dir = logs.join(format!("{}_{}_{}", pod.namespace, pod.name, pod.uid));
-                [dir, log_dir]
-                    .iter()
-                    .filter_map(|d| disk_usage(d).ok())
-                    .sum()
+                crate::stats::disk::pod_disk(&layout, &logs, node_device, pod)
+                    .ephemeral
+                    .bytes
             } else {
                 0
             };

@@ -12,6 +12,7 @@ use crate::cgroup::usage::{self, Usage};
 use crate::pod::QosClass;
 use crate::state::Layout;
 
+pub mod disk;
 pub mod fs;
 pub mod own;
 pub mod summary;

@@ -12,10 +12,10 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
+use super::disk::{Measured, device, pod_disk};
 use super::{Snapshot, collect};
 use crate::cgroup::Hierarchy;
 use crate::cgroup::usage::Usage;
-use crate::runtime::disk_usage::{DirUsage, dir_usage};
 use crate::state::Layout;
 
 /// The previous request's sample, for rates.
@@ -130,44 +130,12 @@ fn fs(at: &str, path: &Path, used: Option<u64>) -> Option<Value> {
     }))
 }
 
-/// A tree's usage on its filesystem, as the Summary API's FsStats: the
-/// filesystem's size and room, the tree's own bytes and inodes. Walks the
-/// tree: on request only, as upstream's numbers are.
-fn tree(at: &str, path: &Path) -> Option<(Value, DirUsage)> {
-    let used = dir_usage(path).ok()?;
-    let mut v = fs(at, path, Some(used.bytes))?;
-    v["inodesUsed"] = used.inodes.into();
-    Some((v, used))
-}
-
-/// The pod's volumes (`<pod>/volumes/<name>`) as VolumeStats, and what of
-/// them is on `nodefs` (the device `node_device`), for ephemeral-storage.
-fn volumes(at: &str, pod_dir: &Path, node_device: Option<u64>) -> (Vec<Value>, DirUsage) {
-    let mut stats = Vec::new();
-    let mut on_node = DirUsage::default();
-    let Ok(entries) = std::fs::read_dir(pod_dir.join("volumes")) else {
-        return (stats, on_node);
-    };
-    let mut entries: Vec<_> = entries.flatten().collect();
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let path = entry.path();
-        let Some((mut v, used)) = tree(at, &path) else {
-            continue;
-        };
-        v["name"] = entry.file_name().to_string_lossy().into_owned().into();
-        // A memory-medium emptyDir is its own tmpfs: not the node's disk.
-        if device(&path).is_some() && device(&path) == node_device {
-            on_node.bytes += used.bytes;
-            on_node.inodes += used.inodes;
-        }
-        stats.push(v);
-    }
-    (stats, on_node)
-}
-
-fn device(path: &Path) -> Option<u64> {
-    std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(path).ok()?).into()
+/// A measured tree as the Summary API's FsStats: its filesystem's size
+/// and room, the tree's own bytes and inodes.
+fn tree(at: &str, m: &Measured) -> Option<Value> {
+    let mut v = fs(at, &m.path, Some(m.used.bytes))?;
+    v["inodesUsed"] = m.used.inodes.into();
+    Some(v)
 }
 
 /// The init process of a container, from the runtime's state file.
@@ -231,21 +199,12 @@ pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo, with_disk:
         .iter()
         .map(|p| {
             let prev = previous_pods.get(p.uid.as_str());
-            let pod_dir = layout.pod(&p.uid);
-            let log_dir = node
-                .pod_logs_dir
-                .join(format!("{}_{}_{}", p.namespace, p.name, p.uid));
-            // Writable layers, logs and volumes on the node's disk: the
-            // pod's ephemeral storage, as upstream adds it up.
-            let mut ephemeral = DirUsage::default();
-            let mut add = |u: DirUsage| {
-                ephemeral.bytes += u.bytes;
-                ephemeral.inodes += u.inodes;
-            };
+            let disk = with_disk.then(|| pod_disk(layout, &node.pod_logs_dir, node_device, p));
             let containers: Vec<Value> = p
                 .containers
                 .iter()
-                .map(|c| {
+                .enumerate()
+                .map(|(i, c)| {
                     let prev_usage = prev
                         .and_then(|pp| pp.containers.iter().find(|pc| pc.id == c.id))
                         .map(|pc| &pc.usage);
@@ -255,29 +214,26 @@ pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo, with_disk:
                         "cpu": cpu(&at, &c.usage, nano_cores(prev_usage, &c.usage, seconds)),
                         "memory": memory(&at, &c.usage, None),
                     });
-                    if !with_disk {
-                        return v;
-                    }
-                    let upper = crate::runtime::Bundle::new(&pod_dir, &c.id)
-                        .dir
-                        .join("upper");
-                    if let Some((rootfs, used)) = tree(&at, &upper) {
-                        v["rootfs"] = rootfs;
-                        add(used);
-                    }
-                    if let Some((logs, used)) = tree(&at, &log_dir.join(&c.name)) {
-                        v["logs"] = logs;
-                        add(used);
+                    if let Some(c) = disk.as_ref().and_then(|d| d.containers.get(i)) {
+                        if let Some(rootfs) = c.rootfs.as_ref().and_then(|m| tree(&at, m)) {
+                            v["rootfs"] = rootfs;
+                        }
+                        if let Some(logs) = c.logs.as_ref().and_then(|m| tree(&at, m)) {
+                            v["logs"] = logs;
+                        }
                     }
                     v
                 })
                 .collect();
-            let (volume_stats, on_node) = if with_disk {
-                volumes(&at, &pod_dir, node_device)
-            } else {
-                Default::default()
-            };
-            add(on_node);
+            let volume_stats: Vec<Value> = disk
+                .iter()
+                .flat_map(|d| &d.volumes)
+                .filter_map(|(name, m)| {
+                    let mut v = tree(&at, m)?;
+                    v["name"] = name.as_str().into();
+                    Some(v)
+                })
+                .collect();
             let net_dev = p
                 .containers
                 .iter()
@@ -290,10 +246,14 @@ pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo, with_disk:
                 "network": network(&at, net_dev),
                 "volume": volume_stats,
             });
-            if with_disk && let Some(mut storage) = fs(&at, &node.state_dir, Some(ephemeral.bytes))
-            {
-                storage["inodesUsed"] = ephemeral.inodes.into();
-                v["ephemeral-storage"] = storage;
+            if let Some(disk) = &disk {
+                let ephemeral = Measured {
+                    path: node.state_dir.clone(),
+                    used: disk.ephemeral,
+                };
+                if let Some(storage) = tree(&at, &ephemeral) {
+                    v["ephemeral-storage"] = storage;
+                }
             }
             if let Some(usage) = &p.usage {
                 let prev_usage = prev.and_then(|pp| pp.usage.as_ref());
