@@ -243,7 +243,7 @@ async fn run_attach(
         true
     }
     .or(async {
-        let _ = client.gone.recv().await;
+        while client.gone.recv().await.is_ok() {}
         false
     })
     .await;
@@ -257,8 +257,8 @@ struct Client {
     stdin: Option<Receiver<Bytes>>,
     resize: Option<Receiver<Bytes>>,
     output: Rc<Output>,
-    /// Closed when the client is gone.
-    gone: Receiver<()>,
+    /// Nothing comes on it; it ends when the client is gone.
+    gone: Receiver<Bytes>,
 }
 
 enum Output {
@@ -361,7 +361,7 @@ impl Client {
         .detach();
         let (stdin_tx, stdin_rx) = smol::channel::bounded::<Bytes>(8);
         let (resize_tx, resize_rx) = smol::channel::bounded::<Bytes>(4);
-        let (gone_tx, gone) = smol::channel::bounded::<()>(1);
+        let (gone_tx, gone) = smol::channel::bounded::<Bytes>(1);
         let closes_streams = protocol == "v5.channel.k8s.io";
         let pongs = frames.clone();
         let mut reader = websocket::Reader::new(read_half, upgraded.pending);
@@ -454,7 +454,7 @@ impl Client {
         let resize = take("resize");
         // The error stream's data never comes; it ends with the session,
         // which is how a gone client shows.
-        let gone = relay(error.data.clone());
+        let gone = error.data.clone();
         Some(Client {
             stdin: stdin.map(|s| s.data),
             resize: resize.map(|s| s.data),
@@ -467,17 +467,6 @@ impl Client {
             gone,
         })
     }
-}
-
-/// A receiver that closes when `data` ends.
-fn relay(data: Receiver<Bytes>) -> Receiver<()> {
-    let (tx, rx) = smol::channel::bounded::<()>(1);
-    crate::rt::spawn(async move {
-        let _tx = tx;
-        while data.recv().await.is_ok() {}
-    })
-    .detach();
-    rx
 }
 
 /// Copies one of the process's outputs to its channel.
@@ -615,7 +604,7 @@ async fn run(ctx: &Context, target: Target, command: Vec<String>, io: ExecIo, cl
         .collect();
     let ended = async { Some(exec.child.status().await) }
         .or(async {
-            let _ = client.gone.recv().await;
+            while client.gone.recv().await.is_ok() {}
             None
         })
         .await;
