@@ -2913,7 +2913,7 @@ fn the_runtime_execs_with_pipes_and_on_a_terminal() {
         let mut exec = runtime
             .exec_attached(
                 &id,
-                &argv("tty; stty size; exit 5"),
+                &argv("tty; sleep 1; stty size; exit 5"),
                 terminal,
                 Some((100, 40)),
                 (&scratch, "tty"),

@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::rc::Rc;
 
@@ -37,6 +37,7 @@ pub struct AttachedExec {
     /// Our terminal's master, with `tty`: output and input both go
     /// through it.
     pub terminal: Option<Rc<Async<File>>>,
+    pid_file: PathBuf,
     guard: ExecGuard,
 }
 
@@ -53,6 +54,7 @@ impl AttachedExec {
             runtime: i32::try_from(self.child.id())
                 .ok()
                 .map(nix::unistd::Pid::from_raw)?,
+            pid_file: self.pid_file.clone(),
         })
     }
 }
@@ -60,9 +62,26 @@ impl AttachedExec {
 pub struct Resizer {
     terminal: Rc<Async<File>>,
     runtime: nix::unistd::Pid,
+    pid_file: PathBuf,
 }
 
+/// How long the runtime may take to start the process, for a resize
+/// that came before it listened.
+const START_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Resizer {
+    /// Waits until the runtime takes SIGWINCH, then has it copy the size
+    /// once more: a resize that came before would be lost. runc installs
+    /// its signal handler before it starts the process, and writes the
+    /// pid file after.
+    pub async fn when_listening(&self) {
+        let deadline = std::time::Instant::now() + START_WAIT;
+        while !self.pid_file.exists() && std::time::Instant::now() < deadline {
+            smol::Timer::after(std::time::Duration::from_millis(20)).await;
+        }
+        let _ = nix::sys::signal::kill(self.runtime, nix::sys::signal::Signal::SIGWINCH);
+    }
+
     /// Sets the terminal's size, as a resize message asks: ours first,
     /// then the runtime copies it to the container's on SIGWINCH.
     pub fn resize(&self, width: u16, height: u16) -> std::io::Result<()> {
@@ -185,7 +204,8 @@ impl Runtime {
             stderr: child.stderr.take().map(|r| Box::new(r) as Reader),
             child,
             terminal: None,
-            guard: ExecGuard::new(pid_file),
+            guard: ExecGuard::new(pid_file.clone()),
+            pid_file,
         };
         // Our copies of the slave go, so that the master reads EIO (the
         // end) once the runtime is gone.

@@ -529,8 +529,9 @@ struct TerminalSize {
     height: u16,
 }
 
-/// How long a terminal's first size may take to come.
-const FIRST_SIZE_WAIT: Duration = Duration::from_secs(1);
+/// How long a terminal's first size may take to come: kubectl sends it
+/// first thing, but on a loaded node 1 s was seen not to be enough.
+const FIRST_SIZE_WAIT: Duration = Duration::from_secs(5);
 
 /// Resize messages: JSON objects, several in one SPDY frame maybe.
 fn sizes(data: &[u8]) -> impl Iterator<Item = (u16, u16)> + '_ {
@@ -586,6 +587,7 @@ async fn run(ctx: &Context, target: Target, command: Vec<String>, io: ExecIo, cl
     }
     if let (Some(rx), Some(resizer)) = (client.resize, exec.resizer()) {
         crate::rt::spawn(async move {
+            resizer.when_listening().await;
             while let Ok(data) = rx.recv().await {
                 for (width, height) in sizes(&data) {
                     if let Err(e) = resizer.resize(width, height) {
