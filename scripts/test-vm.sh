@@ -23,6 +23,7 @@ selection=(a_container_over_its_memory_limit_is_oom_killed
   shared_process_namespace
   the_kubepods_cgroup_is_capped_at_node_allocatable
   the_runtime_execs_with_pipes_and_on_a_terminal
+  a_containers_stdin_and_terminal_are_held_by_its_monitor_for_attach
   "$@")
 
 job="set -e

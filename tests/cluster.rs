@@ -1911,6 +1911,200 @@ fn kubectl_attach_streams_a_containers_output_until_it_ends() {
     );
 }
 
+/// kubectl on a terminal of the test's own, `cols`×`rows`: what it
+/// prints, as it comes, and the terminal to type into.
+struct OnTerminal {
+    child: std::process::Child,
+    master: std::fs::File,
+    output: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl OnTerminal {
+    fn start(api: &ApiServer, env: &[(&str, &str)], args: &[&str], size: (u16, u16)) -> Self {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let master = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/ptmx")
+            .expect("/dev/ptmx");
+        let winsize = libc::winsize {
+            ws_row: size.1,
+            ws_col: size.0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // Safety: plain ioctls on a descriptor we own; the winsize lives
+        // across the call.
+        let slave = unsafe {
+            assert_eq!(libc::unlockpt(master.as_raw_fd()), 0);
+            assert_eq!(
+                libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &winsize),
+                0
+            );
+            let fd = libc::ioctl(
+                master.as_raw_fd(),
+                libc::TIOCGPTPEER,
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            assert!(fd >= 0, "TIOCGPTPEER");
+            std::fs::File::from_raw_fd(fd)
+        };
+        let child = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(api.kubeconfig())
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave)
+            .spawn()
+            .expect("kubectl runs");
+        let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (mut reader, sink) = (master.try_clone().unwrap(), output.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once kubectl, the terminal's last user, is gone.
+            while let Ok(n @ 1..) = std::io::Read::read(&mut reader, &mut buf) {
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        OnTerminal {
+            child,
+            master,
+            output,
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    fn wait_for(&self, agent: &Agent, what: &str) {
+        wait(agent, &format!("{what:?} on the terminal"), T, || {
+            self.text().contains(what).then_some(())
+        });
+    }
+
+    fn type_in(&mut self, keys: &str) {
+        std::io::Write::write_all(&mut self.master, keys.as_bytes()).expect("typed");
+    }
+
+    /// kubectl's exit code, and all it printed.
+    fn end(mut self, agent: &Agent) -> (i32, String) {
+        let status = wait(agent, "kubectl to end", T, || {
+            self.child.try_wait().expect("kubectl waited for")
+        });
+        (status.code().unwrap_or(-1), self.text())
+    }
+}
+
+impl Drop for OnTerminal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn kubectl_run_and_attach_reach_a_containers_stdin_and_terminal() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-19", &[]);
+    for (transport, env) in [
+        ("ws", vec![]),
+        ("spdy", vec![("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")]),
+    ] {
+        // `kubectl run -i` makes a stdinOnce container and attaches to it:
+        // its input, then its end, reach the container, whose exit code
+        // kubectl returns.
+        let name = format!("once-{transport}");
+        let image_arg = format!("--image={image}");
+        let (code, out, err) = kubectl_env(
+            &api,
+            &env,
+            &[
+                "run",
+                &name,
+                "-i",
+                "--rm",
+                "--restart=Never",
+                &image_arg,
+                "--",
+                "sh",
+                "-c",
+                "wc -c; echo done; exit 3",
+            ],
+            &"x".repeat(100_000),
+        );
+        assert_eq!(code, 3, "{transport}: {out}\n{err}\n{}", agent.log());
+        assert!(out.contains("100000\ndone\n"), "{transport}: {out}\n{err}");
+
+        // Without stdinOnce the container's stdin outlives an attach: a
+        // second one writes to the same reader.
+        let name = format!("stdin-{transport}");
+        let manifest = pod_manifest(
+            &name,
+            &image,
+            "",
+            "while read line; do echo \"got $line\"; done; echo eof",
+        ) + "    stdin: true\n";
+        api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+        wait(&agent, "the pod running", T, || {
+            running(&api, &name).then_some(())
+        });
+        for line in ["one", "two"] {
+            use std::io::{BufRead, Write};
+            let mut kubectl = std::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(api.kubeconfig())
+                .args(["attach", "-i", &name])
+                .envs(env.iter().copied())
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("kubectl runs");
+            let mut input = kubectl.stdin.take().expect("piped");
+            writeln!(input, "{line}").expect("written");
+            let mut out = std::io::BufReader::new(kubectl.stdout.take().expect("piped"));
+            let mut got = String::new();
+            out.read_line(&mut got).expect("a line");
+            assert_eq!(got, format!("got {line}\n"), "{transport}");
+            let _ = kubectl.kill();
+            let _ = kubectl.wait();
+        }
+        assert!(running(&api, &name), "{transport}: stdin stays open");
+
+        // A container with a terminal: `kubectl attach -it` types into it,
+        // sizes it, and sees what it echoes.
+        let name = format!("tty-{transport}");
+        let manifest = pod_manifest(&name, &image, "  restartPolicy: Never\n", "exec sh")
+            + "    stdin: true\n    tty: true\n";
+        api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+        wait(&agent, "the pod running", T, || {
+            running(&api, &name).then_some(())
+        });
+        let mut terminal = OnTerminal::start(&api, &env, &["attach", "-it", &name], (91, 33));
+        terminal.wait_for(&agent, "If you don't see a command prompt");
+        terminal.type_in("tty; echo $TERM; stty size; exit 5\r");
+        terminal.wait_for(&agent, "33 91");
+        let (code, text) = terminal.end(&agent);
+        assert_eq!(code, 0, "{transport}: {text}");
+        let (_, out, _) = kubectl_env(&api, &[], &["logs", &name], "");
+        // The terminal's echo and output, logged as the container's.
+        assert!(out.contains("/dev/pts/0"), "{transport}: {out}");
+        assert!(out.contains("xterm"), "{transport}: {out}");
+        assert!(out.contains("33 91"), "{transport}: {out}");
+        let exit_code = wait(&agent, "the container's exit code", T, || {
+            get(&api, &["get", "pod", &name])?["status"]["containerStatuses"][0]["state"]
+                ["terminated"]["exitCode"]
+                .as_i64()
+        });
+        assert_eq!(exit_code, 5, "{transport}");
+    }
+}
+
 /// A client certificate for `user`, signed by a CA of its own: the CA's
 /// and the client's PEM paths (cert, key).
 fn client_cert_of_a_new_ca(

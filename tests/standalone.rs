@@ -2934,3 +2934,87 @@ fn the_runtime_execs_with_pipes_and_on_a_terminal() {
         assert_eq!(status.code(), Some(5), "{out}");
     });
 }
+
+#[test]
+fn a_containers_stdin_and_terminal_are_held_by_its_monitor_for_attach() {
+    use nanolet::runtime::monitor_client::attach_input;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    let container = |name: &str, fields: &str, script: &str| {
+        format!("  - name: {name}\n    image: {image}\n{fields}    command: [sh, -c, {script:?}]\n")
+    };
+    let containers = [
+        container(
+            "piped",
+            "    stdin: true\n    stdinOnce: true\n",
+            "while read l; do echo \"got $l\"; done; echo eof; exec sleep 3600",
+        ),
+        container(
+            "term",
+            "    stdin: true\n    tty: true\n",
+            "tty; echo $TERM; read l; stty size; exec sleep 3600",
+        ),
+        container(
+            "none",
+            "",
+            "read l; echo \"read returned $?\"; exec sleep 3600",
+        ),
+    ]
+    .concat();
+    agent.write_manifest("input.yaml", &pod_yaml("input", "", &containers));
+    let record = agent.wait_running("input");
+    let pod_dir = agent
+        .state
+        .join("pods")
+        .join(record["uid"].as_str().unwrap());
+    let id = |name: &str| {
+        let status = agent.container_status("input", name).expect("a status");
+        status["containerID"]
+            .as_str()
+            .and_then(|id| id.split_once("://"))
+            .map(|(_, id)| id.to_owned())
+            .expect("a container ID")
+    };
+    let logged = |name: &str, what: &str| {
+        agent.wait_for(&format!("{what:?} in {name}'s log"), T, |a| {
+            a.logs("default/input", Some(name))
+                .contains(what)
+                .then_some(())
+        });
+    };
+    // Without `stdin`, stdin is empty: the read ends at once.
+    logged("none", "read returned 1");
+    assert!(attach_input(&pod_dir, &id("none")).is_err());
+
+    // With it, the container reads what an attach writes; the attach's end
+    // is its end of file, as the container is stdinOnce.
+    let input = attach_input(&pod_dir, &id("piped")).expect("piped input");
+    assert!(!input.terminal);
+    std::fs::File::from(input.fd).write_all(b"a\n").unwrap();
+    logged("piped", "got a");
+    assert!(!agent.logs("default/input", Some("piped")).contains("eof"));
+    drop(input.connection);
+    logged("piped", "eof");
+
+    // With a terminal, the input is the terminal's master: it takes a size
+    // and keys, and what the container writes is logged as stdout.
+    logged("term", "xterm");
+    let input = attach_input(&pod_dir, &id("term")).expect("terminal");
+    assert!(input.terminal);
+    let size = libc::winsize {
+        ws_row: 40,
+        ws_col: 100,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // Safety: TIOCSWINSZ reads the winsize, which lives across the call.
+    let set = unsafe { libc::ioctl(input.fd.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+    assert_eq!(set, 0);
+    std::fs::File::from(input.fd).write_all(b"go\r").unwrap();
+    logged("term", "40 100");
+    let log = agent.logs("default/input", Some("term"));
+    assert!(log.contains("/dev/pts/0"), "{log}");
+}

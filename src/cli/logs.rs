@@ -24,6 +24,9 @@ pub struct LogsArgs {
     pub since: Option<jiff::Timestamp>,
     /// Only one stream's lines: `stdout` or `stderr`.
     pub stream: Option<&'static str>,
+    /// Following ends with the instance followed, as attach does, instead
+    /// of going on into the next one after a restart.
+    pub instance_only: bool,
 }
 
 fn find_pod(layout: &Layout, target: &str) -> Result<PodRecord, CliError> {
@@ -68,6 +71,7 @@ fn container_running(
     record: &PodRecord,
     container: &str,
     restart_count: u32,
+    instance_only: bool,
 ) -> bool {
     let Ok(Some(now)) = crate::agent::checkpoint::read_record(&layout.pod(&record.uid)) else {
         return false;
@@ -76,9 +80,14 @@ fn container_running(
         return false;
     }
     now.status.container_statuses.iter().flatten().any(|s| {
+        let restarts = s.restart_count.max(0) as u32;
+        let running = s.state.as_ref().is_none_or(|st| st.terminated.is_none());
         s.name == container
-            && (s.restart_count.max(0) as u32 > restart_count
-                || s.state.as_ref().is_none_or(|st| st.terminated.is_none()))
+            && if instance_only {
+                restarts == restart_count && running
+            } else {
+                restarts > restart_count || running
+            }
     })
 }
 
@@ -193,8 +202,7 @@ pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(),
     out.flush().map_err(io_err(Path::new("stdout")))?;
     follow(
         &layout,
-        &record,
-        &container,
+        (&record, &container, args.instance_only),
         count,
         path,
         file,
@@ -218,8 +226,7 @@ fn wait_for(path: &Path) -> Result<File, CliError> {
 #[allow(clippy::too_many_arguments)]
 fn follow(
     layout: &Layout,
-    record: &PodRecord,
-    container: &str,
+    (record, container, instance_only): (&PodRecord, &str, bool),
     mut count: u32,
     mut path: PathBuf,
     mut file: File,
@@ -261,14 +268,14 @@ fn follow(
             continue;
         }
         let next = path.with_file_name(format!("{}.log", count + 1));
-        if next.exists() {
+        if !instance_only && next.exists() {
             count += 1;
             path = next;
             file = File::open(&path).map_err(io_err)?;
             file.seek(SeekFrom::Start(0)).map_err(io_err)?;
             continue;
         }
-        if !container_running(layout, record, container, count) {
+        if !container_running(layout, record, container, count, instance_only) {
             return Ok(());
         }
         // A flush between polls: a reader whose client is gone learns it

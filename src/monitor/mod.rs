@@ -3,7 +3,9 @@
 //! agent restart. It runs `<runtime> create` itself (the containers inherit
 //! its pipes), is their child subreaper (so it reaps them and learns their
 //! exit codes), writes CRI logs, records exits to files and tells connected
-//! agents about them. No async runtime, no TLS: one poll(2) loop.
+//! agents about them. It also holds open the stdin (or the terminal) of
+//! containers that have one, so that input can be attached later, by this
+//! agent or the next. No async runtime, no TLS: one poll(2) loop.
 
 pub mod log;
 
@@ -14,6 +16,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -24,7 +27,9 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, pipe2, setsid};
 
 use self::log::{LineSplitter, LogWriter};
-use crate::runtime::protocol::{EXITS_DIR, Exit, Message, Request, SOCKET};
+use crate::runtime::protocol::{
+    EXITS_DIR, Exit, Input, Message, Request, SOCKET, receive_with_fd, send_with_fd,
+};
 use crate::runtime::runc::Runtime;
 
 pub struct Args {
@@ -45,7 +50,20 @@ struct Pipe {
 struct Client {
     stream: UnixStream,
     buffer: Vec<u8>,
+    /// The container whose input this connection was given.
+    attached: Option<String>,
 }
+
+/// The monitor's end of a container's input: the write end of its stdin
+/// pipe, or its terminal.
+struct HeldInput {
+    fd: OwnedFd,
+    stdin_once: bool,
+    terminal: bool,
+}
+
+/// How long a runtime has to hand over a new container's terminal.
+const CONSOLE_WAIT: Duration = Duration::from_secs(30);
 
 struct Monitor {
     args: Args,
@@ -54,6 +72,7 @@ struct Monitor {
     logs: HashMap<String, LogWriter>,
     pipes: Vec<Pipe>,
     clients: Vec<Client>,
+    inputs: HashMap<String, HeldInput>,
     shutting_down: bool,
 }
 
@@ -93,6 +112,7 @@ pub fn start(args: Args) -> io::Result<()> {
         logs: HashMap::new(),
         pipes: Vec::new(),
         clients: Vec::new(),
+        inputs: HashMap::new(),
         shutting_down: false,
     };
     let result = monitor.run(&listener, &signals);
@@ -126,7 +146,8 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
 /// Reads what is available without blocking; `Ok(None)` at end of file.
 fn read_available(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
     match nix::unistd::read(fd, buf) {
-        Ok(0) => Ok(None),
+        // A terminal's master reads EIO once no one holds its other side.
+        Ok(0) | Err(nix::errno::Errno::EIO) => Ok(None),
         Ok(n) => Ok(Some(n)),
         Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => Ok(Some(0)),
         Err(e) => Err(e.into()),
@@ -186,6 +207,7 @@ impl Monitor {
                         self.clients.push(Client {
                             stream,
                             buffer: Vec::new(),
+                            attached: None,
                         });
                     }
                 }
@@ -247,21 +269,68 @@ impl Monitor {
         }
         while let Some(pos) = self.clients[index].buffer.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.clients[index].buffer.drain(..=pos).collect();
-            let reply = match serde_json::from_slice::<Request>(&line) {
-                Ok(request) => self.handle(request),
-                Err(e) => Message::Reply {
-                    ok: false,
-                    error: format!("bad request: {e}"),
-                    pid: None,
-                },
+            let sent = match serde_json::from_slice::<Request>(&line) {
+                Ok(Request::Attach { id }) => self.attach(index, id),
+                Ok(request) => {
+                    let reply = self.handle(request);
+                    send(&mut self.clients[index].stream, &reply)
+                }
+                Err(e) => {
+                    let reply = refusal(format!("bad request: {e}"));
+                    send(&mut self.clients[index].stream, &reply)
+                }
             };
-            if send(&mut self.clients[index].stream, &reply).is_err() {
+            if sent.is_err() {
                 closed = true;
                 break;
             }
         }
         if closed || self.clients[index].buffer.len() > 1 << 20 {
-            self.clients.swap_remove(index);
+            let client = self.clients.swap_remove(index);
+            self.detach(client.attached);
+        }
+    }
+
+    /// Answers `Attach` with the container's input attached to the reply.
+    fn attach(&mut self, index: usize, id: String) -> io::Result<()> {
+        let client = &mut self.clients[index];
+        let Some(input) = self.inputs.get(&id) else {
+            return send(
+                &mut client.stream,
+                &refusal(format!("container {id} takes no input")),
+            );
+        };
+        let reply = Message::Reply {
+            ok: true,
+            error: String::new(),
+            pid: None,
+            terminal: input.terminal,
+        };
+        let mut line = serde_json::to_vec(&reply).map_err(io::Error::other)?;
+        line.push(b'\n');
+        client.stream.set_nonblocking(false)?;
+        client
+            .stream
+            .set_write_timeout(Some(Duration::from_secs(1)))?;
+        let result = send_with_fd(&client.stream, &line, input.fd.as_fd());
+        client.stream.set_nonblocking(true)?;
+        if result.is_ok() {
+            client.attached = Some(id);
+        }
+        result
+    }
+
+    /// An attach's input ended: as upstream, that closes the stdin of a
+    /// `stdinOnce` container without a terminal (the container reads its
+    /// end of file once the attach's own copy is closed too).
+    fn detach(&mut self, attached: Option<String>) {
+        let Some(id) = attached else { return };
+        if self
+            .inputs
+            .get(&id)
+            .is_some_and(|input| input.stdin_once && !input.terminal)
+        {
+            self.inputs.remove(&id);
         }
     }
 
@@ -271,12 +340,9 @@ impl Monitor {
                 ok: true,
                 error: String::new(),
                 pid,
+                terminal: false,
             },
-            Err(e) => Message::Reply {
-                ok: false,
-                error: e.to_string(),
-                pid: None,
-            },
+            Err(e) => refusal(e.to_string()),
         };
         match request {
             Request::Shutdown => {
@@ -287,19 +353,43 @@ impl Monitor {
                 id,
                 bundle,
                 log_path,
-            } => reply(self.create(&id, &bundle, &log_path).map(Some)),
+                input,
+            } => reply(self.create(&id, &bundle, &log_path, input).map(Some)),
+            // Answered with a descriptor, in `attach`.
+            Request::Attach { .. } => refusal("attach needs its own answer".into()),
         }
     }
 
     /// Runs `<runtime> create` with fresh pipes as the container's stdout
-    /// and stderr, and starts logging them.
-    fn create(&mut self, id: &str, bundle: &Path, log_path: &Path) -> io::Result<i32> {
+    /// and stderr (or with a terminal of its own), and starts logging them.
+    fn create(
+        &mut self,
+        id: &str,
+        bundle: &Path,
+        log_path: &Path,
+        input: Input,
+    ) -> io::Result<i32> {
         let writer = LogWriter::open(log_path, self.args.max_log_size, self.args.max_log_files)?;
         let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        let (stdin, stdin_w) = if input.stdin && !input.terminal {
+            let (r, w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+            (Stdio::from(r), Some(w))
+        } else {
+            (Stdio::null(), None)
+        };
+        let console = if input.terminal {
+            let path = self.args.pod_dir.join("console.sock");
+            let _ = fs::remove_file(&path);
+            let listener = UnixListener::bind(&path)?;
+            listener.set_nonblocking(true)?;
+            Some((path, listener))
+        } else {
+            None
+        };
         let pid_file = bundle.join("init.pid");
         let _ = fs::remove_file(&pid_file);
-        let status = {
+        let (status, terminal) = {
             let mut command = Command::new(&self.args.runtime_path);
             command
                 .args(Runtime::create_args(
@@ -307,15 +397,24 @@ impl Monitor {
                     bundle,
                     id,
                     &pid_file,
+                    console.as_ref().map(|(path, _)| path.as_path()),
                 ))
-                .stdin(Stdio::null())
+                .stdin(stdin)
                 .stdout(Stdio::from(out_w))
                 .stderr(Stdio::from(err_w));
             let mut child = command.spawn()?;
-            // Our copies of the write ends must close, or end of file never
-            // comes: dropping the command closes them.
+            // Our copies of the child's ends must close, or end of file
+            // never comes: dropping the command closes them.
             drop(command);
-            child.wait()?
+            let received = match &console {
+                Some((_, listener)) => receive_terminal(listener, &mut child),
+                None => Ok(None),
+            };
+            let status = child.wait()?;
+            if let Some((path, _)) = &console {
+                let _ = fs::remove_file(path);
+            }
+            (status, received)
         };
         set_nonblocking(&out_r)?;
         set_nonblocking(&err_r)?;
@@ -342,9 +441,51 @@ impl Monitor {
             .trim()
             .parse()
             .map_err(|_| io::Error::other(format!("{}: not a pid", pid_file.display())))?;
+        let mut outputs = vec![(out_r, "stdout"), (err_r, "stderr")];
+        if input.terminal {
+            // A container that did not get its terminal cannot be attached
+            // to, nor logged: it must not run.
+            let master = terminal.and_then(|t| t.ok_or_else(|| io::Error::other("no terminal")));
+            let master = match master {
+                Ok(master) => master,
+                Err(e) => {
+                    let _ = Command::new(&self.args.runtime_path)
+                        .args(["--root".as_ref(), self.args.runtime_root.as_os_str()])
+                        .args(["delete", "--force", id])
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status();
+                    return Err(io::Error::other(format!(
+                        "receiving the container's terminal: {e}"
+                    )));
+                }
+            };
+            set_nonblocking(&master)?;
+            self.inputs.insert(
+                id.to_owned(),
+                HeldInput {
+                    fd: master.try_clone()?,
+                    stdin_once: input.stdin_once,
+                    terminal: true,
+                },
+            );
+            // A terminal has one output, which CRI logs as stdout.
+            outputs.push((master, "stdout"));
+        }
+        if let Some(fd) = stdin_w {
+            self.inputs.insert(
+                id.to_owned(),
+                HeldInput {
+                    fd,
+                    stdin_once: input.stdin_once,
+                    terminal: false,
+                },
+            );
+        }
         self.containers.insert(pid, id.to_owned());
         self.logs.insert(id.to_owned(), writer);
-        for (fd, stream) in [(out_r, "stdout"), (err_r, "stderr")] {
+        for (fd, stream) in outputs {
             self.pipes.push(Pipe {
                 fd,
                 container: id.to_owned(),
@@ -373,6 +514,7 @@ impl Monitor {
             let Some(id) = self.containers.remove(&pid.as_raw()) else {
                 continue;
             };
+            self.inputs.remove(&id);
             for i in (0..self.pipes.len()).rev() {
                 if self.pipes[i].container == id {
                     self.drain_pipe(i, buf)?;
@@ -395,9 +537,50 @@ impl Monitor {
                 eprintln!("monitor: {e}");
             }
             let message = Message::Exit(exit);
+            // An attach's connection carries no messages after its answer.
             self.clients
-                .retain_mut(|c| send(&mut c.stream, &message).is_ok());
+                .retain_mut(|c| c.attached.is_some() || send(&mut c.stream, &message).is_ok());
         }
+    }
+}
+
+fn refusal(error: String) -> Message {
+    Message::Reply {
+        ok: false,
+        error,
+        pid: None,
+        terminal: false,
+    }
+}
+
+/// Waits for the runtime to send the container's terminal master to the
+/// console socket, for as long as the runtime runs (and a little after, as
+/// its connection may still be queued when it exits).
+fn receive_terminal(
+    listener: &UnixListener,
+    child: &mut std::process::Child,
+) -> io::Result<Option<OwnedFd>> {
+    let deadline = Instant::now() + CONSOLE_WAIT;
+    let mut exited = false;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false)?;
+                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+                // runc sends the terminal's name along with it.
+                let mut name = [0u8; 256];
+                let (_, fd) = receive_with_fd(&stream, &mut name)?;
+                return Ok(fd);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        if exited || Instant::now() > deadline {
+            return Ok(None);
+        }
+        exited = child.try_wait()?.is_some();
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::from(50u8));
     }
 }
 

@@ -136,6 +136,19 @@ pub struct Container {
     pub termination_message_path: String,
     /// terminationMessagePolicy FallbackToLogsOnError.
     pub termination_message_from_logs: bool,
+    /// What the container's stdin is: nothing, a pipe that `attach` writes
+    /// to, or (with `tty`) the container's own terminal.
+    pub input: Input,
+}
+
+/// A container's stdin and terminal (`stdin`, `stdinOnce`, `tty`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Input {
+    pub stdin: bool,
+    /// The first attach that ends closes the container's stdin, as
+    /// upstream: only without a terminal.
+    pub stdin_once: bool,
+    pub tty: bool,
 }
 
 /// A container's privileges beyond its user.

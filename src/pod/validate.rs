@@ -275,6 +275,7 @@ const CONTAINER: &[(&str, Shape)] = &[
         ]),
     ),
     ("stdin", Leaf),
+    ("stdinOnce", Leaf),
     ("tty", Leaf),
     // Init containers only: `Always` makes a sidecar.
     ("restartPolicy", Leaf),
@@ -1161,12 +1162,11 @@ fn convert_container(
             ));
         }
     };
-    if c.stdin == Some(true) {
-        return Err(unsupported(format!("{field}.stdin=true")));
-    }
-    if c.tty == Some(true) {
-        return Err(unsupported(format!("{field}.tty=true")));
-    }
+    let input = Input {
+        stdin: c.stdin == Some(true),
+        stdin_once: c.stdin_once == Some(true),
+        tty: c.tty == Some(true),
+    };
     let termination_message_from_logs = match c.termination_message_policy.as_deref() {
         None | Some("File") => false,
         Some("FallbackToLogsOnError") => true,
@@ -1381,6 +1381,7 @@ fn convert_container(
         hooks,
         termination_message_path,
         termination_message_from_logs,
+        input,
         role: ContainerRole::Regular,
         name: c.name.clone(),
         image,
@@ -1626,7 +1627,18 @@ mod tests {
         let err =
             with_volume(json!({"name": "x", "mountPath": "/x", "subPath": "../up"})).unwrap_err();
         assert!(err.to_string().contains("subPath"), "{err}");
-        assert!(c(json!({"tty": true})).is_err());
+        assert_eq!(
+            c(json!({"stdin": true, "stdinOnce": true, "tty": true}))
+                .unwrap()
+                .containers[0]
+                .input,
+            Input {
+                stdin: true,
+                stdin_once: true,
+                tty: true
+            }
+        );
+        assert_eq!(c(json!({})).unwrap().containers[0].input, Input::default());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 8080}]})).is_ok());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 70000}]})).is_err());
         assert!(c(json!({"resources": {"limits": {"nvidia.com/gpu": "1"}}})).is_err());

@@ -91,7 +91,12 @@ impl Resizer {
     }
 }
 
-fn set_size(terminal: std::os::fd::RawFd, width: u16, height: u16) -> std::io::Result<()> {
+/// Sets a terminal's window size; the kernel signals its foreground group.
+pub(crate) fn set_size(
+    terminal: std::os::fd::RawFd,
+    width: u16,
+    height: u16,
+) -> std::io::Result<()> {
     let size = libc::winsize {
         ws_row: height,
         ws_col: width,

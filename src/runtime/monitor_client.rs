@@ -1,14 +1,17 @@
 //! The agent's side of a pod monitor: start it if it is not running, send it
 //! requests, and receive the exits it announces.
 
+use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 
 use futures_lite::{AsyncBufReadExt, AsyncWriteExt, io::BufReader};
 use smol::channel::{Receiver, Sender};
 use smol::net::unix::UnixStream;
 
-use super::protocol::{Exit, Message, Request, SOCKET};
+use super::protocol::{Exit, Input, Message, Request, SOCKET, receive_with_fd};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MonitorError {
@@ -146,12 +149,14 @@ impl MonitorConnection {
         id: &str,
         bundle: &Path,
         log_path: &Path,
+        input: Input,
     ) -> Result<i32, MonitorError> {
         let pid = self
             .call(&Request::Create {
                 id: id.to_owned(),
                 bundle: bundle.to_owned(),
                 log_path: log_path.to_owned(),
+                input,
             })
             .await?;
         pid.ok_or_else(|| MonitorError::Refused {
@@ -163,5 +168,58 @@ impl MonitorConnection {
     /// Tells the monitor to exit once its containers are gone.
     pub async fn shutdown(&mut self) -> Result<(), MonitorError> {
         self.call(&Request::Shutdown).await.map(drop)
+    }
+}
+
+/// A container's input, handed over by its monitor for one attach.
+pub struct AttachedInput {
+    /// The write end of the container's stdin, or its terminal's master.
+    pub fd: OwnedFd,
+    pub terminal: bool,
+    /// Closing it tells the monitor that this attach's input ended.
+    pub connection: std::os::unix::net::UnixStream,
+}
+
+/// Asks the monitor of `pod_dir` for container `id`'s input. Blocks for a
+/// moment: call it off the loop.
+pub fn attach_input(pod_dir: &Path, id: &str) -> Result<AttachedInput, MonitorError> {
+    let failed = |message: String| MonitorError::Refused {
+        pod_dir: pod_dir.to_owned(),
+        message,
+    };
+    let mut stream = std::os::unix::net::UnixStream::connect(pod_dir.join(SOCKET))
+        .map_err(|e| failed(format!("connecting: {e}")))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(5))))
+        .map_err(|e| failed(e.to_string()))?;
+    let mut line = serde_json::to_vec(&Request::Attach { id: id.to_owned() })
+        .map_err(|e| failed(e.to_string()))?;
+    line.push(b'\n');
+    stream.write_all(&line).map_err(|e| failed(e.to_string()))?;
+    let mut reply = Vec::new();
+    let mut fd = None;
+    let mut buf = [0u8; 1024];
+    while !reply.contains(&b'\n') {
+        let (n, received) =
+            receive_with_fd(&stream, &mut buf).map_err(|e| failed(e.to_string()))?;
+        if n == 0 {
+            return Err(MonitorError::Disconnected {
+                pod_dir: pod_dir.to_owned(),
+            });
+        }
+        reply.extend_from_slice(&buf[..n]);
+        fd = fd.or(received);
+    }
+    match serde_json::from_slice::<Message>(&reply) {
+        Ok(Message::Reply {
+            ok: true, terminal, ..
+        }) => Ok(AttachedInput {
+            fd: fd.ok_or_else(|| failed("no descriptor in the answer".into()))?,
+            terminal,
+            connection: stream,
+        }),
+        Ok(Message::Reply { error, .. }) => Err(failed(error)),
+        _ => Err(failed("unexpected answer".into())),
     }
 }

@@ -1,7 +1,11 @@
 //! What the agent and a pod monitor say to each other over the monitor's
 //! Unix socket: one JSON object per line. Requests are answered in order;
-//! exit events may arrive between answers.
+//! exit events may arrive between answers. The answer to `Attach` carries a
+//! file descriptor (SCM_RIGHTS).
 
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use jiff::Timestamp;
@@ -16,7 +20,13 @@ pub enum Request {
         id: String,
         bundle: PathBuf,
         log_path: PathBuf,
+        #[serde(default)]
+        input: Input,
     },
+    /// Hand over the container's input: the write end of its stdin pipe,
+    /// or its terminal. The connection stands for that attach's input from
+    /// then on: once it closes, a `stdin_once` container's stdin closes.
+    Attach { id: String },
     /// Exit once no container of the pod runs.
     Shutdown,
 }
@@ -31,8 +41,23 @@ pub enum Message {
         error: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pid: Option<i32>,
+        /// In answer to `Attach`: the descriptor is a terminal.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        terminal: bool,
     },
     Exit(Exit),
+}
+
+/// A container's stdin, as the pod spec asks for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Input {
+    /// A pipe the monitor holds open, for attach to write to.
+    pub stdin: bool,
+    pub stdin_once: bool,
+    /// The container gets its own terminal (`--console-socket`), which the
+    /// monitor logs as stdout.
+    pub terminal: bool,
 }
 
 /// A container's end, as the monitor saw it; also the content of
@@ -49,6 +74,55 @@ pub struct Exit {
 }
 
 pub const SOCKET: &str = "monitor.sock";
+
+/// Writes `bytes` with `fd` attached, in one message.
+pub fn send_with_fd(stream: &UnixStream, bytes: &[u8], fd: BorrowedFd) -> io::Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let fds = [fd.as_raw_fd()];
+    let sent = sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[io::IoSlice::new(bytes)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    if sent != bytes.len() {
+        // The descriptor went with the first byte; what is left is plain.
+        io::Write::write_all(&mut &*stream, &bytes[sent..])?;
+    }
+    Ok(())
+}
+
+/// Reads what one message brings, and the descriptor attached to it, if
+/// any (further descriptors are closed).
+pub fn receive_with_fd(
+    stream: &UnixStream,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<OwnedFd>)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut space = nix::cmsg_space!([RawFd; 2]);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let message = recvmsg::<()>(
+        stream.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut received = None;
+    for control in message.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = control {
+            for fd in fds {
+                // Safety: the kernel just gave us this descriptor; no one
+                // else owns it.
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                if received.is_none() {
+                    received = Some(owned);
+                }
+            }
+        }
+    }
+    Ok((message.bytes, received))
+}
 pub const EXITS_DIR: &str = "exits";
 
 #[cfg(test)]
@@ -61,6 +135,7 @@ mod tests {
             id: "x".into(),
             bundle: "/b".into(),
             log_path: "/l".into(),
+            input: Input::default(),
         };
         let line = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), r);
@@ -68,8 +143,28 @@ mod tests {
             ok: true,
             error: String::new(),
             pid: Some(3),
+            terminal: false,
         };
         let line = serde_json::to_string(&m).unwrap();
         assert_eq!(line, r#"{"reply":{"ok":true,"pid":3}}"#);
+        // What an agent from before `input` existed sends.
+        let old = r#"{"create":{"id":"x","bundle":"/b","log_path":"/l"}}"#;
+        assert_eq!(serde_json::from_str::<Request>(old).unwrap(), r);
+    }
+
+    #[test]
+    fn a_descriptor_goes_with_its_message() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (read, write) = nix::unistd::pipe().unwrap();
+        send_with_fd(&a, b"hello\n", std::os::fd::AsFd::as_fd(&write)).unwrap();
+        drop(write);
+        let mut buf = [0u8; 64];
+        let (n, fd) = receive_with_fd(&b, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"hello\n");
+        // The received descriptor is the pipe's write end.
+        nix::unistd::write(fd.unwrap(), b"x").unwrap();
+        let mut got = [0u8; 1];
+        assert_eq!(nix::unistd::read(&read, &mut got).unwrap(), 1);
+        assert_eq!(&got, b"x");
     }
 }

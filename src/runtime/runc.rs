@@ -118,9 +118,16 @@ impl Runtime {
     }
 
     /// `create` as the monitor runs it (synchronously, as the parent of the
-    /// container so that stdio and reaping stay with the monitor).
-    pub fn create_args(root: &Path, bundle: &Path, id: &str, pid_file: &Path) -> Vec<OsString> {
-        vec![
+    /// container so that stdio and reaping stay with the monitor). A
+    /// container with a terminal sends its master to `console_socket`.
+    pub fn create_args(
+        root: &Path,
+        bundle: &Path,
+        id: &str,
+        pid_file: &Path,
+        console_socket: Option<&Path>,
+    ) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
             "--root".into(),
             root.as_os_str().to_owned(),
             "create".into(),
@@ -128,8 +135,13 @@ impl Runtime {
             bundle.as_os_str().to_owned(),
             "--pid-file".into(),
             pid_file.as_os_str().to_owned(),
-            id.into(),
-        ]
+        ];
+        if let Some(socket) = console_socket {
+            args.push("--console-socket".into());
+            args.push(socket.as_os_str().to_owned());
+        }
+        args.push(id.into());
+        args
     }
 
     async fn run(

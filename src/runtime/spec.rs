@@ -457,6 +457,7 @@ pub fn environment(
     pod: &Pod,
     container_env: &[(String, String)],
     image: &RunConfig,
+    tty: bool,
 ) -> Vec<String> {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: &str| match env.iter_mut().find(|(key, _)| key == k) {
@@ -469,6 +470,10 @@ pub fn environment(
     for kv in image.env.iter().flatten() {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         set(k, v);
+    }
+    // As containerd gives a container its terminal.
+    if tty {
+        set("TERM", "xterm");
     }
     for (k, v) in container_env {
         set(k, v);
@@ -672,10 +677,10 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
     Ok(Spec {
         oci_version: "1.0.2",
         process: Process {
-            terminal: false,
+            terminal: container.input.tty,
             user,
             args,
-            env: environment(pod, input.env, image),
+            env: environment(pod, input.env, image, container.input.tty),
             cwd,
             capabilities: Capabilities {
                 bounding: caps.clone(),
@@ -792,11 +797,14 @@ mod tests {
             &Default::default(),
         )
         .unwrap();
-        let env = environment(&p, &resolved, &img);
+        let env = environment(&p, &resolved, &img, false);
         assert!(env.contains(&"A=pod".to_string()));
         assert!(env.contains(&"B=image".to_string()));
         assert!(env.contains(&"PATH=/p".to_string()));
         assert!(env.contains(&"HOSTNAME=p".to_string()));
+        assert!(!env.iter().any(|e| e.starts_with("TERM=")));
+        let on_terminal = environment(&p, &resolved, &img, true);
+        assert!(on_terminal.contains(&"TERM=xterm".to_string()));
     }
 
     #[test]

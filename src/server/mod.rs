@@ -470,6 +470,9 @@ async fn container_logs(
         timestamps: flag("timestamps"),
         since,
         stream,
+        // Unlike upstream's, which ends with the container instance,
+        // nanolet's `logs -f` goes on into the next one after a restart.
+        instance_only: false,
     };
     match read_log(ctx.layout.root.clone(), args, number("limitBytes")).await {
         Ok(rx) => {

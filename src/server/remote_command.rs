@@ -151,8 +151,8 @@ pub async fn exec(
 }
 
 /// Answers an attach request: the container's output from now on, until
-/// it ends. nanolet runs no container with `stdin: true` (admission
-/// refuses it), so input a client sends is read and dropped.
+/// it ends, and the client's input into its stdin or terminal, which its
+/// monitor holds. Input for a container that takes none is dropped.
 pub async fn attach(
     ctx: &Rc<Context>,
     mut req: Request<Incoming>,
@@ -165,9 +165,10 @@ pub async fn attach(
             "you must specify at least 1 of stdin, stdout, stderr",
         );
     }
-    if let Err(refused) = find_target(ctx, namespace, pod, uid, container).await {
-        return refused.response();
-    }
+    let target = match find_target(ctx, namespace, pod, uid, container).await {
+        Ok(t) => t,
+        Err(refused) => return refused.response(),
+    };
     let negotiated = match upgrade::negotiate(req.headers(), WEBSOCKET_PROTOCOLS, SPDY_PROTOCOLS) {
         Ok(n) => n,
         Err(refused) => return refused.response(),
@@ -175,7 +176,11 @@ pub async fn attach(
     let response = upgrade::switching(&negotiated);
     let on_upgrade = hyper::upgrade::on(&mut req);
     let state_dir = ctx.layout.root.clone();
-    let (target, container) = (format!("{namespace}/{pod}"), container.to_owned());
+    let pod_dir = ctx.layout.pod(&target.uid);
+    let (target, container) = (
+        (format!("{namespace}/{pod}"), target.container_id),
+        container.to_owned(),
+    );
     crate::rt::spawn(async move {
         let Some(upgraded) = upgrade::take(on_upgrade).await else {
             return;
@@ -183,35 +188,100 @@ pub async fn attach(
         let Some(client) = Client::connect(upgraded, &negotiated, io).await else {
             return;
         };
-        run_attach(state_dir, target, container, io, client).await;
+        run_attach((state_dir, pod_dir), target, container, io, client).await;
     })
     .detach();
     response
 }
 
+/// Joins the client's stdin and resize channels to the container's input,
+/// which its monitor hands over. Without one, what the client sends is
+/// read and dropped. The returned guard is this attach's hold on the input:
+/// dropped, it ends it (and closes a `stdinOnce` container's stdin).
+async fn attach_input(
+    pod_dir: std::path::PathBuf,
+    container_id: String,
+    io: ExecIo,
+    client: &mut Client,
+) -> Option<std::os::unix::net::UnixStream> {
+    let stdin = client.stdin.take();
+    let resize = client.resize.take();
+    let input = if io.stdin || io.tty {
+        crate::helpers::unblock(move || {
+            crate::runtime::monitor_client::attach_input(&pod_dir, &container_id)
+        })
+        .await
+        .map_err(|e| log::debug!("attach: no input: {e}"))
+        .ok()
+    } else {
+        None
+    };
+    let Some(input) = input else {
+        for channel in [stdin, resize].into_iter().flatten() {
+            crate::rt::spawn(async move { while channel.recv().await.is_ok() {} }).detach();
+        }
+        return None;
+    };
+    if let Some(resize) = resize {
+        let terminal = input.terminal.then(|| input.fd.try_clone().ok()).flatten();
+        crate::rt::spawn(async move {
+            while let Ok(data) = resize.recv().await {
+                for (width, height) in sizes(&data) {
+                    if let Some(terminal) = &terminal {
+                        let fd = std::os::fd::AsRawFd::as_raw_fd(terminal);
+                        if let Err(e) = crate::runtime::attached_exec::set_size(fd, width, height) {
+                            log::debug!("attach: resizing the terminal: {e}");
+                        }
+                    }
+                }
+            }
+        })
+        .detach();
+    }
+    let connection = input.connection;
+    let Some(stdin) = stdin else {
+        return Some(connection);
+    };
+    let to = smol::Async::new(std::fs::File::from(input.fd));
+    crate::rt::spawn(async move {
+        // Held until the client's input ends, which is the end of this
+        // attach's input.
+        let _connection = connection;
+        let Ok(mut to) = to else { return };
+        while let Ok(data) = stdin.recv().await {
+            if to.write_all(&data).await.is_err() || to.flush().await.is_err() {
+                break;
+            }
+        }
+    })
+    .detach();
+    None
+}
+
 async fn run_attach(
-    state_dir: std::path::PathBuf,
-    target: String,
+    (state_dir, pod_dir): (std::path::PathBuf, std::path::PathBuf),
+    (target, container_id): (String, String),
     container: String,
     io: ExecIo,
-    client: Client,
+    mut client: Client,
 ) {
-    if let Some(stdin) = client.stdin {
-        crate::rt::spawn(async move { while stdin.recv().await.is_ok() {} }).detach();
-    }
+    // What the container writes from now on: logged lines carry their
+    // time, so none is lost to the readers starting after the input.
+    let since = jiff::Timestamp::now();
+    let _input = attach_input(pod_dir, container_id, io, &mut client).await;
     let mut readers = Vec::new();
     for (wanted, stream, channel) in [(io.stdout, "stdout", STDOUT), (io.stderr, "stderr", STDERR)]
     {
         if !wanted {
             continue;
         }
-        // The log from its end on: what the container writes from now.
         let args = crate::cli::logs::LogsArgs {
             target: target.clone(),
             container: Some(container.clone()),
             follow: true,
-            tail: Some(0),
+            since: Some(since),
             stream: Some(stream),
+            instance_only: true,
             ..Default::default()
         };
         match super::read_log(state_dir.clone(), args, None).await {
