@@ -1709,7 +1709,7 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
         // gives kubectl one.
         let env_prefix: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
         let line = format!(
-            "stty cols 91 rows 33; {env_prefix}kubectl --kubeconfig {} exec -it shell -- sh -c 'tty; sleep 1; stty size; exit 7'",
+            "stty cols 91 rows 33; {env_prefix}kubectl --kubeconfig {} exec -it shell -- sh -c 'tty; stty size; exit 7'",
             api.kubeconfig().display()
         );
         let script = std::process::Command::new("script")
@@ -1720,10 +1720,8 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
         let text = String::from_utf8_lossy(&script.stdout);
         assert_eq!(script.status.code(), Some(7), "{transport}: {text}");
         assert!(text.contains("/dev/pts/"), "{transport}: {text}");
-        // kubectl sends its terminal's size; the container's takes it
-        // once the runtime copies ours over, which runc does only after
-        // the process has started (a container's terminal of 0x0 fails
-        // `stty size`): hence the second's wait above.
+        // kubectl sends its terminal's size first; the container's
+        // terminal has it before the command starts.
         assert!(text.contains("33 91"), "{transport}: {text}");
         // The container's processes are the pod's own and no exec is
         // left behind.

@@ -2862,6 +2862,12 @@ fn the_runtime_execs_with_pipes_and_on_a_terminal() {
         _ => RuntimeKind::Runc,
     };
     let runtime = Runtime::new(kind, common::runtime().into(), agent.state.join("runtime"));
+    let bundle = agent
+        .state
+        .join("pods")
+        .join(record["uid"].as_str().expect("a uid"))
+        .join("containers")
+        .join(&id);
     let scratch = agent.dir.path().to_owned();
     let argv = |text: &str| vec!["sh".to_owned(), "-c".to_owned(), text.to_owned()];
     nanolet::rt::block_on(async {
@@ -2873,12 +2879,13 @@ fn the_runtime_execs_with_pipes_and_on_a_terminal() {
         };
         let mut exec = runtime
             .exec_attached(
-                &id,
+                (&id, &bundle),
                 &argv("cat; echo err >&2; exit 4"),
                 pipes,
                 None,
                 (&scratch, "pipes"),
             )
+            .await
             .expect("exec starts");
         let mut stdin = exec.stdin.take().expect("stdin");
         stdin.write_all(b"hello\n").await.unwrap();
@@ -2912,12 +2919,13 @@ fn the_runtime_execs_with_pipes_and_on_a_terminal() {
         };
         let mut exec = runtime
             .exec_attached(
-                &id,
-                &argv("tty; sleep 1; stty size; exit 5"),
+                (&id, &bundle),
+                &argv("tty; stty size; exit 5"),
                 terminal,
                 Some((100, 40)),
                 (&scratch, "tty"),
             )
+            .await
             .expect("exec starts");
         let mut out = Vec::new();
         exec.stdout

@@ -4,7 +4,9 @@
 //! it makes the container's own, relays between the two, and resizes the
 //! container's to ours on SIGWINCH. (`--console-socket` would hand us the
 //! container's directly, but runc takes it only with `--detach`, and then
-//! the exit code is lost.)
+//! the exit code is lost.) The runtime copies our size over only once the
+//! process runs, so a terminal's first size also goes in the process spec
+//! (`--process` with `consoleSize`), which it applies before.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -39,6 +41,16 @@ pub struct AttachedExec {
     pub terminal: Option<Rc<Async<File>>>,
     pid_file: PathBuf,
     guard: ExecGuard,
+    /// The process spec written for the runtime, removed with the exec.
+    process_file: Option<PathBuf>,
+}
+
+impl Drop for AttachedExec {
+    fn drop(&mut self) {
+        if let Some(path) = self.process_file.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 impl AttachedExec {
@@ -151,15 +163,34 @@ fn open_terminal() -> std::io::Result<(OwnedFd, OwnedFd)> {
     }
 }
 
+/// The process spec of an exec on a terminal of `size` (width, height):
+/// the container's own (user, environment, capabilities…, as the runtime
+/// would take it without `--process`) with `argv`.
+fn terminal_process(
+    config: &Path,
+    argv: &[String],
+    (width, height): (u16, u16),
+) -> std::io::Result<Vec<u8>> {
+    let config: serde_json::Value = serde_json::from_slice(&std::fs::read(config)?)?;
+    let mut process = config
+        .get("process")
+        .cloned()
+        .filter(serde_json::Value::is_object)
+        .ok_or_else(|| std::io::Error::other("no process in the container's config.json"))?;
+    process["args"] = serde_json::json!(argv);
+    process["terminal"] = serde_json::Value::Bool(true);
+    process["consoleSize"] = serde_json::json!({"width": width, "height": height});
+    Ok(serde_json::to_vec(&process)?)
+}
+
 impl Runtime {
-    /// Starts `argv` in the running container `id`, as its process spec
-    /// says, with the stdio `io` asks for. Its pid file is `name`.pid in
-    /// the private dir `scratch`. A terminal starts at `size` (width,
-    /// height): the runtime copies it once as it starts, and a SIGWINCH
-    /// before its handler is there would be lost.
-    pub fn exec_attached(
+    /// Starts `argv` in the running container `id` (bundle `bundle`), as
+    /// its process spec says, with the stdio `io` asks for. Its pid file is
+    /// `name`.pid in the private dir `scratch`. A terminal starts at `size`
+    /// (width, height).
+    pub async fn exec_attached(
         &self,
-        id: &str,
+        (id, bundle): (&str, &Path),
         argv: &[String],
         io: ExecIo,
         size: Option<(u16, u16)>,
@@ -174,11 +205,31 @@ impl Runtime {
         let pid_file = scratch.join(format!("{name}.pid"));
         let mut args = self.base_args();
         args.extend(["exec".into(), "--pid-file".into(), pid_file.clone().into()]);
-        if io.tty {
-            args.push("--tty".into());
+        let mut process_file = None;
+        match size {
+            Some(size) if io.tty => {
+                let (config, argv, path) = (
+                    bundle.join("config.json"),
+                    argv.to_vec(),
+                    scratch.join(format!("{name}.process.json")),
+                );
+                let written = path.clone();
+                crate::helpers::unblock(move || {
+                    std::fs::write(&written, terminal_process(&config, &argv, size)?)
+                })
+                .await
+                .map_err(spawn_err)?;
+                args.extend(["--process".into(), path.clone().into(), id.into()]);
+                process_file = Some(path);
+            }
+            _ => {
+                if io.tty {
+                    args.push("--tty".into());
+                }
+                args.push(id.into());
+                args.extend(argv.iter().map(Into::into));
+            }
         }
-        args.push(id.into());
-        args.extend(argv.iter().map(Into::into));
         let terminal = if io.tty {
             let (master, slave) = open_terminal().map_err(spawn_err)?;
             if let Some((width, height)) = size {
@@ -202,7 +253,12 @@ impl Runtime {
             .stderr(stdio(io.stderr)?)
             .kill_on_drop(true)
             .spawn()
-            .map_err(spawn_err)?;
+            .map_err(|e| {
+                if let Some(path) = &process_file {
+                    let _ = std::fs::remove_file(path);
+                }
+                spawn_err(e)
+            })?;
         let mut exec = AttachedExec {
             stdin: child.stdin.take().map(|w| Box::new(w) as Writer),
             stdout: child.stdout.take().map(|r| Box::new(r) as Reader),
@@ -211,6 +267,7 @@ impl Runtime {
             terminal: None,
             guard: ExecGuard::new(pid_file.clone()),
             pid_file,
+            process_file,
         };
         // Our copies of the slave go, so that the master reads EIO (the
         // end) once the runtime is gone.

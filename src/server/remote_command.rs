@@ -630,9 +630,17 @@ async fn run(ctx: &Context, target: Target, command: Vec<String>, io: ExecIo, cl
         Some(resize) if io.tty => first_size(resize).await,
         _ => None,
     };
-    let exec =
-        ctx.runtime
-            .exec_attached(&target.container_id, &command, io, size, (&scratch, &name));
+    let bundle = crate::runtime::Bundle::new(&scratch, &target.container_id);
+    let exec = ctx
+        .runtime
+        .exec_attached(
+            (&target.container_id, &bundle.dir),
+            &command,
+            io,
+            size,
+            (&scratch, &name),
+        )
+        .await;
     let mut exec = match exec {
         Ok(exec) => exec,
         Err(e) => {
