@@ -1277,6 +1277,16 @@ fn anonymous_requests_and_always_allow_are_opt_in() {
     // A bad token is refused even so: it is not anonymous.
     let bad = ["-H", "Authorization: Bearer not-a-token"];
     assert_eq!(kubelet_call(&port, "/pods", &bad).0, 401);
+    // So is a certificate the client CA did not sign.
+    let work = common::TempDir::new("nanolet-untrusted");
+    let (_, cert, key) = client_cert_of_a_new_ca(work.path(), "stranger");
+    let untrusted = [
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    assert_eq!(kubelet_call(&port, "/pods", &untrusted).0, 401);
     assert_eq!(access_reviews(&api), 0);
 }
 
@@ -2180,10 +2190,10 @@ fn a_rotated_client_ca_is_trusted_without_a_restart() {
         "--key",
         key.to_str().unwrap(),
     ];
-    // Not trusted yet: the handshake refuses the certificate (upstream
-    // takes it and answers 401; either way no user).
-    let untrusted = kubelet_call(&port, "/pods", &as_user).0;
-    assert!(untrusted == 0 || untrusted == 401, "{untrusted}");
+    // Not trusted yet: 401, as upstream answers a certificate it cannot
+    // verify.
+    let (untrusted, body) = kubelet_call(&port, "/pods", &as_user);
+    assert_eq!(untrusted, 401, "{body}");
     // The bundle gains the new CA, replaced as a rotation replaces it.
     let next = work.path().join("next.crt");
     std::fs::write(&next, api_ca + &std::fs::read_to_string(&new_ca).unwrap()).unwrap();

@@ -31,6 +31,18 @@ pub struct UserInfo {
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
+/// What the client's certificate says, as its connection found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerCertificate {
+    /// None sent, or no client CA to check one against.
+    Absent,
+    /// Signed by the client CA. Without a common name it names nobody,
+    /// which is no error: the token or anonymous access still count.
+    Verified(Option<UserInfo>),
+    /// Not signed by the client CA (or expired, or not for clients).
+    Untrusted,
+}
+
 impl UserInfo {
     /// The user of a verified client certificate; authenticated users are
     /// in `system:authenticated`, as upstream's authenticators add it.
@@ -146,14 +158,16 @@ impl Authority {
     }
 
     /// The request's user: its certificate's, else its bearer token's,
-    /// else anonymous where allowed. A token that does not check out is
-    /// 401 even with anonymous allowed, as upstream.
+    /// else anonymous where allowed. A token that does not check out, or a
+    /// certificate the client CA did not sign, is 401 even with anonymous
+    /// allowed, as upstream (whose anonymous step fails on any error of
+    /// the steps before).
     pub async fn authenticate(
         &self,
-        certificate: Option<&UserInfo>,
+        certificate: &PeerCertificate,
         authorization: Option<&str>,
     ) -> Result<UserInfo, Refusal> {
-        if let Some(user) = certificate {
+        if let PeerCertificate::Verified(Some(user)) = certificate {
             return Ok(user.clone());
         }
         // Without the webhook a token means nothing, as upstream (whose
@@ -163,6 +177,7 @@ impl Authority {
             .filter(|_| self.settings.token_webhook);
         match token {
             Some(token) => self.review_token(token).await.ok_or(Refusal::Unauthorized),
+            None if *certificate == PeerCertificate::Untrusted => Err(Refusal::Unauthorized),
             None if self.settings.anonymous => Ok(UserInfo::anonymous()),
             None => Err(Refusal::Unauthorized),
         }

@@ -1,7 +1,11 @@
 //! Client certificates checked against `clientCAFile`, read again when
 //! the file changes (as upstream's dynamic client CA: a rotated CA bundle
 //! is trusted at the next handshake, without a restart). A bundle that
-//! does not parse is not taken: the current one stays.
+//! does not parse is not taken: the current one stays. The handshake takes
+//! any certificate whose key the client holds, as upstream's (Go's
+//! RequestClientCert); the chain is checked after it, so that an untrusted
+//! one is answered 401, as upstream answers it, not with a failed
+//! handshake.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -72,6 +76,21 @@ impl ClientCa {
         })
     }
 
+    /// Whether the client CA signed this chain (leaf first), for client
+    /// authentication, and it is valid now.
+    pub fn verify(&self, chain: &[CertificateDer<'_>]) -> bool {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return false;
+        };
+        let verified = self
+            .current()
+            .and_then(|v| v.verify_client_cert(leaf, intermediates, UnixTime::now()));
+        if let Err(e) = &verified {
+            log::debug!("kubelet API: client certificate refused: {e}");
+        }
+        verified.is_ok()
+    }
+
     /// The verifier of the bundle as it is now, read again if it changed.
     fn current(&self) -> Result<Arc<dyn ClientCertVerifier>, rustls::Error> {
         let mut loaded = self
@@ -113,14 +132,14 @@ impl ClientCertVerifier for ClientCa {
         &[]
     }
 
+    /// Checked after the handshake, by `verify`.
     fn verify_client_cert(
         &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.current()?
-            .verify_client_cert(end_entity, intermediates, now)
+        Ok(ClientCertVerified::assertion())
     }
 
     fn verify_tls12_signature(

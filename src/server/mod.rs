@@ -32,7 +32,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use smol::Async;
 
-use self::auth::{Attributes, Authority, Refusal, UserInfo};
+use self::auth::{Attributes, Authority, PeerCertificate, Refusal, UserInfo};
 use crate::agent::Context;
 use crate::cli::CliError;
 use crate::cli::logs::LogsArgs;
@@ -73,22 +73,27 @@ fn text(status: StatusCode, message: &str) -> Response<Body> {
     full(status, "text/plain; charset=utf-8", format!("{message}\n"))
 }
 
-fn tls_config(ctx: &Context) -> Result<Arc<ServerConfig>, ServerError> {
+/// The server's TLS settings, and the client CA that certificates are
+/// checked against after the handshake.
+fn tls_config(
+    ctx: &Context,
+) -> Result<(Arc<ServerConfig>, Option<Arc<client_ca::ClientCa>>), ServerError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let serving = serving_cert::ServingCert::for_node(ctx, provider.clone())?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
-    let builder = match &ctx.config.client_ca_file {
-        Some(path) => {
-            let verifier = client_ca::ClientCa::new(path, provider)?;
-            builder.with_client_cert_verifier(Arc::new(verifier))
-        }
+    let client_ca = match &ctx.config.client_ca_file {
+        Some(path) => Some(Arc::new(client_ca::ClientCa::new(path, provider)?)),
+        None => None,
+    };
+    let builder = match &client_ca {
+        Some(verifier) => builder.with_client_cert_verifier(verifier.clone()),
         None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(Arc::new(serving));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), client_ca))
 }
 
 /// Binds the kubelet API; the returned future serves it forever.
@@ -100,7 +105,8 @@ pub fn bind(
     let listener = TcpListener::bind(addr)
         .and_then(Async::new)
         .map_err(|source| ServerError::Listen { addr, source })?;
-    let acceptor = TlsAcceptor::from(tls_config(&ctx)?);
+    let (tls_config, client_ca) = tls_config(&ctx)?;
+    let acceptor = TlsAcceptor::from(tls_config);
     let auth = &ctx.config.api_auth;
     if ctx.config.client_ca_file.is_none() && !auth.token_webhook && !auth.anonymous {
         log::warn!(
@@ -122,6 +128,7 @@ pub fn bind(
             let acceptor = acceptor.clone();
             let ctx = ctx.clone();
             let authority = authority.clone();
+            let client_ca = client_ca.clone();
             crate::rt::spawn(async move {
                 // A client that never finishes its handshake is dropped.
                 let handshake = async { acceptor.accept(stream).await.ok() };
@@ -132,21 +139,21 @@ pub fn bind(
                 let Some(tls) = futures_lite::FutureExt::or(handshake, timeout).await else {
                     return;
                 };
-                // Verified in the handshake; one without a common name
-                // authenticates nobody (upstream refuses it too).
-                let certificate: Option<Option<Rc<UserInfo>>> =
-                    tls.get_ref().1.peer_certificates().and_then(|chain| {
-                        let leaf = chain.first()?;
-                        Some(client_cert::subject(leaf).map(|(name, groups)| {
-                            Rc::new(UserInfo::from_certificate(name, groups))
-                        }))
-                    });
+                let chain = tls.get_ref().1.peer_certificates().unwrap_or_default();
+                let certificate = Rc::new(match (chain.first(), &client_ca) {
+                    (Some(leaf), Some(ca)) if ca.verify(chain) => PeerCertificate::Verified(
+                        client_cert::subject(leaf)
+                            .map(|(name, groups)| UserInfo::from_certificate(name, groups)),
+                    ),
+                    (Some(_), Some(_)) => PeerCertificate::Untrusted,
+                    _ => PeerCertificate::Absent,
+                });
                 let service = hyper::service::service_fn(move |req| {
                     let ctx = ctx.clone();
                     let authority = authority.clone();
                     let certificate = certificate.clone();
                     async move {
-                        let response = match admit(&authority, certificate.as_ref(), &req).await {
+                        let response = match admit(&authority, &certificate, &req).await {
                             Ok(()) => handle(&ctx, req).await,
                             Err(refusal) => refused(&refusal),
                         };
@@ -240,18 +247,14 @@ fn percent_decode(s: &str) -> String {
 /// Authentication, then authorization, of one request.
 async fn admit(
     authority: &Authority,
-    certificate: Option<&Option<Rc<UserInfo>>>,
+    certificate: &PeerCertificate,
     req: &Request<Incoming>,
 ) -> Result<(), Refusal> {
     let authorization = req
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let user = match certificate {
-        Some(Some(user)) => user.as_ref().clone(),
-        Some(None) => return Err(Refusal::Unauthorized),
-        None => authority.authenticate(None, authorization).await?,
-    };
+    let user = authority.authenticate(certificate, authorization).await?;
     let attributes = Attributes::of(req.method(), req.uri().path());
     authority.authorize(&user, attributes).await
 }
