@@ -143,8 +143,13 @@ fn cmd_check(parser: lexopt::Parser) -> anyhow::Result<()> {
 #[inline(never)]
 fn cmd_run(parser: lexopt::Parser) -> anyhow::Result<()> {
     let (config, verbose) = parse_run_flags(parser)?;
+    // Safety: no thread has been started yet.
+    let launcher = unsafe { monitor::launcher::spawn() };
     init_logging(verbose);
-    rt::block_on(Box::pin(agent::run(config))).context("agent")?;
+    let launcher = launcher
+        .map_err(|e| log::warn!("no monitor launcher ({e}): monitors are exec'd"))
+        .ok();
+    rt::block_on(Box::pin(agent::run(config, launcher))).context("agent")?;
     Ok(())
 }
 

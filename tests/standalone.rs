@@ -411,11 +411,13 @@ fn bad_manifests_are_reported_and_harm_nothing() {
     );
     agent.write_manifest("noimage.yaml", &pod_yaml("noimage", "", "  - name: c\n"));
     agent.write_manifest(
-        "tty.yaml",
+        "unmasked.yaml",
         &pod_yaml(
-            "tty",
+            "unmasked",
             "",
-            &format!("  - name: c\n    image: {image}\n    tty: true\n"),
+            &format!(
+                "  - name: c\n    image: {image}\n    securityContext: {{procMount: Unmasked}}\n"
+            ),
         ),
     );
     agent.write_manifest(
@@ -440,7 +442,7 @@ fn bad_manifests_are_reported_and_harm_nothing() {
     );
     assert!(
         table.contains(
-            "tty.yaml (document 0): spec.containers[0].tty=true: not supported by nanolet yet"
+            "unmasked.yaml (document 0): spec.containers[0].securityContext.procMount=Unmasked: not supported by nanolet yet"
         ),
         "{table}"
     );
@@ -2502,10 +2504,13 @@ fn killed_at_random_points_of_pulls_and_gc_the_store_stays_consistent() {
     }
     agent.spawn();
     agent.wait_running("big");
+    // Collected means removed too: GC moves what it collects into tmp/
+    // and removes it from there after.
     agent.wait_for("the small image collected", T, |a| {
         let records = fs::read_to_string(a.state.join("images/images.json")).ok()?;
         let layers = dir_names(&images.join("layers/sha256"));
-        (!records.contains("test/small") && layers.len() == 4).then_some(())
+        let removing = dir_names(&images.join("tmp"));
+        (!records.contains("test/small") && layers.len() == 4 && removing.is_empty()).then_some(())
     });
     check_store("at the end");
     let wanted: std::collections::BTreeSet<String> = big_digests
@@ -3025,4 +3030,112 @@ fn a_containers_stdin_and_terminal_are_held_by_its_monitor_for_attach() {
     logged("term", "40 100");
     let log = agent.logs("default/input", Some("term"));
     assert!(log.contains("/dev/pts/0"), "{log}");
+}
+
+/// The children of `parent` named `comm`.
+fn children_named(parent: u32, comm: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 2..].split_whitespace().nth(1);
+        if &stat[open + 1..close] == comm && ppid == Some(&parent.to_string()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Dirty pages a process shares with others, in KiB.
+fn shared_dirty_kib(pid: &str) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Shared_Dirty:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn monitors_are_forked_by_the_launcher_and_execd_once_it_is_gone() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let mut agent = Agent::start(&registry);
+    let agent_pid = agent.pid().unwrap();
+    let launcher = agent.wait_for("the monitor launcher", T, |_| {
+        children_named(agent_pid, "nanolet-launch").first().copied()
+    });
+    let cmdline = |pid: &str| {
+        let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        String::from_utf8_lossy(&raw)
+            .trim_end_matches('\0')
+            .to_owned()
+    };
+    assert_eq!(cmdline(&launcher.to_string()), "nanolet monitor launcher");
+    let pod = |name: &str| {
+        pod_yaml(
+            name,
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        )
+    };
+    let monitor_of = |name: &str| {
+        let record = agent.wait_running(name);
+        let pod_dir = agent
+            .state
+            .join("pods")
+            .join(record["uid"].as_str().unwrap());
+        let pid = fs::read_to_string(pod_dir.join("monitor.pid")).unwrap();
+        let pid = pid.trim().to_owned();
+        assert_eq!(
+            fs::read_to_string(format!("/proc/{pid}/comm")).unwrap(),
+            "nanolet-monitor\n"
+        );
+        assert_eq!(
+            cmdline(&pid),
+            format!("nanolet monitor --pod-dir {}", pod_dir.display())
+        );
+        pid
+    };
+    // Forked: it shares the pages written at start (relocations above all)
+    // with the launcher, copy-on-write.
+    agent.write_manifest("forked.yaml", &pod("forked"));
+    let forked = shared_dirty_kib(&monitor_of("forked"));
+    assert!(forked >= 64, "shared dirty: {forked} KiB");
+    // With the launcher gone, monitors are exec'd and share none of that.
+    common::run(std::process::Command::new("kill").args(["-9", &launcher.to_string()]));
+    agent.write_manifest("execd.yaml", &pod("execd"));
+    let execd = shared_dirty_kib(&monitor_of("execd"));
+    eprintln!("monitors' shared dirty pages: forked {forked} KiB, exec'd {execd} KiB");
+    assert!(
+        execd < forked / 2,
+        "shared dirty: exec'd {execd} KiB, forked {forked} KiB"
+    );
+    assert!(
+        agent.log().contains("monitor launcher is gone"),
+        "{}",
+        agent.log()
+    );
+    assert!(children_named(agent_pid, "nanolet-launch").is_empty());
+    // A launcher ends with its agent.
+    agent.kill9();
+    agent.spawn();
+    let new_pid = agent.pid().unwrap();
+    let launcher = agent.wait_for("the new launcher", T, |_| {
+        children_named(new_pid, "nanolet-launch").first().copied()
+    });
+    agent.kill9();
+    // Gone, or a zombie its new parent has yet to reap.
+    agent.wait_for("the launcher gone with its agent", T, |_| {
+        let stat = fs::read_to_string(format!("/proc/{launcher}/stat")).unwrap_or_default();
+        let state = stat.rfind(')').and_then(|at| stat[at + 2..].chars().next());
+        matches!(state, None | Some('Z')).then_some(())
+    });
 }

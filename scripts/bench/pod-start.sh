@@ -9,7 +9,7 @@
 # - podman: `podman kube play --network none` of the same pod, which
 #   returns once its containers run; PODS pods, left running; median, p95.
 # - runc: `runc run -d` of the same image's rootfs, 20 containers.
-# - memory: the agent plus its pod monitors at 10 and 30 pods, against
+# - memory: the agent, its monitor launcher and its pod monitors at 10 and 30 pods, against
 #   podman's conmon processes (podman has no daemon) at the same counts, as
 #   PSS (shared pages of the one binary count once; RSS printed beside).
 # Each runtime this host can run is measured: runc here; crun only on a pure
@@ -17,7 +17,7 @@
 #
 # Ends with (R is crun where available, else runc):
 #   BENCH pod-start-vs-podman <ratio>    (nanolet median / podman median, runtime R)
-#   BENCH memory-30-pods <KiB> KiB       (agent + monitors, 30 pods, PSS)
+#   BENCH memory-30-pods <KiB> KiB       (agent + launcher + monitors, 30 pods, PSS)
 #   BENCH pod-start-vs-runc <ratio>      (nanolet median / bare runc median)
 #   BENCH rss-idle <KiB> KiB             (agent, no pods)
 # Usage: scripts/bench/pod-start.sh [PODS]      (default 30, at least 30)

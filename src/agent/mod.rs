@@ -104,7 +104,11 @@ impl WorkerHandle {
 /// manifest's path).
 pub const API_SOURCE: &str = "api";
 
-pub async fn run(config: Config) -> Result<(), AgentError> {
+/// Runs the agent; `launcher` forks its pods' monitors, if there is one.
+pub async fn run(
+    config: Config,
+    launcher: Option<crate::monitor::launcher::Launcher>,
+) -> Result<(), AgentError> {
     let layout = Layout::new(&config.state_dir);
     state::create_dir_all(&layout.root, 0o700)?;
     state::create_dir_all(&layout.pods(), 0o700)?;
@@ -211,6 +215,12 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         ),
         monitor: MonitorSettings {
             executable,
+            launcher: launcher.and_then(|l| {
+                crate::runtime::monitor_client::LauncherClient::new(l)
+                    .map_err(|e| log::warn!("the monitor launcher: {e}"))
+                    .ok()
+                    .map(Rc::new)
+            }),
             runtime_path: config.runtime_path.clone(),
             runtime_root: layout.runtime_root(),
             max_log_size: config.container_log_max_size,

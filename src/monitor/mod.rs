@@ -7,6 +7,7 @@
 //! containers that have one, so that input can be attached later, by this
 //! agent or the next. No async runtime, no TLS: one poll(2) loop.
 
+pub mod launcher;
 pub mod log;
 
 use std::collections::HashMap;
@@ -32,6 +33,8 @@ use crate::runtime::protocol::{
 };
 use crate::runtime::runc::Runtime;
 
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Args {
     pub pod_dir: PathBuf,
     pub runtime_path: PathBuf,
@@ -80,17 +83,37 @@ struct Monitor {
 /// the background: the process the agent started exits 0 as soon as the
 /// socket accepts connections.
 pub fn start(args: Args) -> io::Result<()> {
+    detach(prepare(args)?)
+}
+
+/// A monitor whose socket accepts connections, not yet running.
+pub struct Prepared {
+    args: Args,
+    listener: UnixListener,
+}
+
+/// What can fail while the starter still waits: the socket and the dirs.
+pub fn prepare(args: Args) -> io::Result<Prepared> {
     let socket = args.pod_dir.join(SOCKET);
     let _ = fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket)?;
     listener.set_nonblocking(true)?;
     fs::create_dir_all(args.pod_dir.join(EXITS_DIR))?;
+    Ok(Prepared { args, listener })
+}
+
+/// Runs the monitor in a child of its own session; this process exits 0,
+/// which tells the starter the socket is there.
+pub fn detach(prepared: Prepared) -> io::Result<()> {
+    let Prepared { args, listener } = prepared;
+    let socket = args.pod_dir.join(SOCKET);
     // Safety: the monitor is single-threaded at this point.
     match unsafe { fork() }.map_err(io::Error::from)? {
         ForkResult::Parent { .. } => std::process::exit(0),
         ForkResult::Child => {}
     }
     setsid().map_err(io::Error::from)?;
+    launcher::name_process("nanolet-monitor", &launcher::monitor_title(&args.pod_dir));
     // Orphaned container processes are reparented to us, not to init.
     let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     if rc != 0 {

@@ -5,13 +5,16 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::rc::Rc;
 use std::time::Duration;
 
 use futures_lite::{AsyncBufReadExt, AsyncWriteExt, io::BufReader};
+use smol::Async;
 use smol::channel::{Receiver, Sender};
 use smol::net::unix::UnixStream;
 
 use super::protocol::{Exit, Input, Message, Request, SOCKET, receive_with_fd};
+use crate::monitor::launcher::Answer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MonitorError {
@@ -31,6 +34,83 @@ pub struct MonitorSettings {
     pub runtime_root: PathBuf,
     pub max_log_size: u64,
     pub max_log_files: u32,
+    /// What forks monitors, if the agent has one; else (or once it is
+    /// gone) `executable monitor` is run.
+    pub launcher: Option<Rc<LauncherClient>>,
+}
+
+/// How long the launcher may take to answer: a bind, a mkdir and two
+/// forks.
+const LAUNCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The agent's end of the monitor launcher (`monitor::launcher`).
+pub struct LauncherClient {
+    pid: i32,
+    /// `None` once the launcher failed: it is not asked again.
+    connection: smol::lock::Mutex<Option<BufReader<Async<std::os::unix::net::UnixStream>>>>,
+}
+
+impl std::fmt::Debug for LauncherClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LauncherClient")
+            .field("pid", &self.pid)
+            .finish()
+    }
+}
+
+/// Why the launcher did not start a monitor.
+enum LaunchError {
+    /// It tried: this is why the monitor could not start.
+    Refused(String),
+    /// It is gone or does not answer.
+    Gone,
+}
+
+impl LauncherClient {
+    pub fn new(launcher: crate::monitor::launcher::Launcher) -> std::io::Result<Self> {
+        Ok(LauncherClient {
+            pid: launcher.pid,
+            connection: smol::lock::Mutex::new(Some(BufReader::new(Async::new(launcher.stream)?))),
+        })
+    }
+
+    async fn launch(&self, args: &crate::monitor::Args) -> Result<(), LaunchError> {
+        let mut connection = self.connection.lock().await;
+        let Some(stream) = connection.as_mut() else {
+            return Err(LaunchError::Gone);
+        };
+        let asked = async {
+            let mut line = serde_json::to_vec(args).ok()?;
+            line.push(b'\n');
+            stream.get_mut().write_all(&line).await.ok()?;
+            let mut answer = String::new();
+            stream
+                .read_line(&mut answer)
+                .await
+                .ok()
+                .filter(|n| *n > 0)?;
+            serde_json::from_str::<Answer>(&answer).ok()
+        };
+        let timeout = async {
+            smol::Timer::after(LAUNCH_TIMEOUT).await;
+            None
+        };
+        match futures_lite::FutureExt::or(asked, timeout).await {
+            Some(Answer { ok: true, .. }) => Ok(()),
+            Some(Answer { error, .. }) => Err(LaunchError::Refused(error)),
+            None => {
+                log::warn!("the monitor launcher is gone: monitors are exec'd from now on");
+                *connection = None;
+                let pid = nix::unistd::Pid::from_raw(self.pid);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                // Reaped off the loop: it may take a moment to die.
+                crate::helpers::unblock(move || nix::sys::wait::waitpid(pid, None))
+                    .await
+                    .ok();
+                Err(LaunchError::Gone)
+            }
+        }
+    }
 }
 
 /// What a monitor connection delivers besides replies.
@@ -63,6 +143,24 @@ pub async fn connect_or_start(
         pod_dir: pod_dir.to_owned(),
         message,
     };
+    if let Some(launcher) = &settings.launcher {
+        let args = crate::monitor::Args {
+            pod_dir: pod_dir.to_owned(),
+            runtime_path: settings.runtime_path.clone(),
+            runtime_root: settings.runtime_root.clone(),
+            max_log_size: settings.max_log_size,
+            max_log_files: settings.max_log_files,
+        };
+        match launcher.launch(&args).await {
+            Ok(()) => {
+                return connect(pod_dir, exits)
+                    .await
+                    .map_err(|e| start_err(format!("connecting: {e}")));
+            }
+            Err(LaunchError::Refused(message)) => return Err(start_err(message)),
+            Err(LaunchError::Gone) => {}
+        }
+    }
     let output = async_process::Command::new(&settings.executable)
         .arg("monitor")
         .arg("--pod-dir")
