@@ -1304,6 +1304,95 @@ fn memory_available() -> u64 {
     (kib("MemFree") + kib("Inactive(file)")) * 1024
 }
 
+/// pid.available as the agent computes it: the kernel's pid_max less the
+/// tasks that exist.
+fn pids_available() -> u64 {
+    let max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap();
+    let tasks: u64 = loadavg
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .split_once('/')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    max - tasks
+}
+
+#[test]
+fn a_soft_pid_threshold_evicts_the_pod_with_the_most_processes_after_its_grace_period() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let work = common::TempDir::new("nanolet-pid-eviction");
+    // Crossed once 2000 more tasks run than now; the forker starts 3000.
+    // What the rest of the machine does meanwhile moves it by far less.
+    let threshold = pids_available() - 2000;
+    let config = work.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "evictionSoft: {{pid.available: \"{threshold}\"}}\nevictionSoftGracePeriod: {{pid.available: 15s}}\nevictionMaxPodGracePeriod: 2\n"
+        ),
+    )
+    .unwrap();
+    let agent = Agent::join(
+        &registry,
+        &api,
+        "edge-20",
+        &["--config", config.to_str().unwrap()],
+    );
+    let fork =
+        "sleep 2; i=0; while [ $i -lt 3000 ]; do sleep 3600 & i=$((i+1)); done; echo forked; wait";
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---\n{}",
+            pod_manifest("forker", &image, "", fork),
+            pod_manifest("steady", &image, "", "sleep 3600"),
+        )),
+    );
+    wait(&agent, "both running", T, || {
+        (running(&api, "forker") && running(&api, "steady")).then_some(())
+    });
+    let started = Instant::now();
+    // A soft threshold sets the condition as soon as it is crossed...
+    wait(&agent, "PIDPressure on the node", T, || {
+        (node_condition(&api, "edge-20", "PIDPressure")? == "True").then_some(())
+    });
+    // ...and evicts only once it has been crossed for its grace period.
+    let forker = wait(&agent, "the forker evicted", 2 * T, || {
+        let p = get(&api, &["get", "pod", "forker"])?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(15),
+        "evicted after {waited:?}"
+    );
+    let message = forker["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("The node was low on resource: pids. Threshold quantity: "),
+        "{message}"
+    );
+    assert_eq!(forker["status"]["phase"], "Failed");
+    // Its processes go with it; the other pod stays.
+    wait(&agent, "the forker's processes gone", T, || {
+        (pids_available() > threshold + 1000).then_some(())
+    });
+    assert!(
+        running(&api, "steady"),
+        "{:?}",
+        get(&api, &["get", "pod", "steady"])
+    );
+}
+
 #[test]
 fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort_pods() {
     let registry = Registry::start();
