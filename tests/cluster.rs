@@ -1655,10 +1655,22 @@ fn a_filling_disk_reclaims_unused_images_then_evicts_the_pod_filling_it() {
         "{:?}",
         get(&api, &["get", "pod", "quiet"])
     );
-    // Admission under DiskPressure is not asserted here: in one full-suite
-    // run a pod created after this point never reached the agent (see the
-    // closing note of this session); MemoryPressure's is, in the test
-    // above, and the rule itself in eviction's unit tests.
+    // Under disk pressure no new pod is admitted, whatever its class.
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest("late", &image, "", "sleep 3600").replace(
+            "    command:",
+            "    resources: {requests: {memory: 8Mi}}\n    command:",
+        )),
+    );
+    let late = wait(&agent, "the late pod refused", T, || {
+        let p = get(&api, &["get", "pod", "late"])?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    assert_eq!(
+        late["status"]["message"],
+        "Pod was rejected: The node had condition: [DiskPressure]. "
+    );
 }
 
 /// A self-signed certificate and key for `name`, written to `dir` (the
