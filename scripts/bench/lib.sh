@@ -12,6 +12,16 @@
 #   bench_join_cluster WORK NODE NANOLET APISERVER REGISTRY CGROUP_ROOT
 # sets api, agent (pids), admin (the API server's admin URL) and port (the
 # kubelet API's), and exports KUBECONFIG (the admin's).
+# The peer of the pod-start benchmark, which the suite itself does not
+# need. (Debian's podman also drops a CNI config into /etc/cni/net.d;
+# nanolet runs without one.) bench_install_podman
+bench_install_podman() {
+  if ! command -v podman >/dev/null || ! command -v catatonit >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      podman catatonit >/dev/null
+  fi
+}
+
 bench_cleanup_pods() {
   local work=$1 root=$2 runtime id pidfile
   for pidfile in "$work"/state/pods/*/monitor.pid; do

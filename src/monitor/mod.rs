@@ -310,7 +310,7 @@ impl Monitor {
         }
         if closed || self.clients[index].buffer.len() > 1 << 20 {
             let client = self.clients.swap_remove(index);
-            self.detach(client.attached);
+            self.end_attach(client.attached);
         }
     }
 
@@ -346,7 +346,7 @@ impl Monitor {
     /// An attach's input ended: as upstream, that closes the stdin of a
     /// `stdinOnce` container without a terminal (the container reads its
     /// end of file once the attach's own copy is closed too).
-    fn detach(&mut self, attached: Option<String>) {
+    fn end_attach(&mut self, attached: Option<String>) {
         let Some(id) = attached else { return };
         if self
             .inputs
