@@ -35,6 +35,13 @@ fn wait<V>(
     }
 }
 
+/// kubectl 1.32 tries WebSocket first; with it turned off it speaks
+/// SPDY/3.1. Streaming tests run over both: (name, kubectl's environment).
+const TRANSPORTS: [(&str, &[(&str, &str)]); 2] = [
+    ("ws", &[]),
+    ("spdy", &[("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")]),
+];
+
 fn get(api: &ApiServer, args: &[&str]) -> Option<Value> {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
@@ -1774,15 +1781,11 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
     wait(&agent, "the pod running", T, || {
         running(&api, "shell").then_some(())
     });
-    // kubectl 1.32 tries WebSocket (v5) first; with it turned off it
-    // speaks SPDY/3.1. The test API server passes either through.
-    for (transport, env) in [
-        ("websocket", vec![]),
-        ("spdy", vec![("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")]),
-    ] {
+    // The test API server passes either transport through.
+    for (transport, env) in TRANSPORTS {
         let (code, out, err) = kubectl_env(
             &api,
-            &env,
+            env,
             &[
                 "exec",
                 "shell",
@@ -1807,7 +1810,7 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
         // Input until its end, then the rest of the command.
         let (code, out, err) = kubectl_env(
             &api,
-            &env,
+            env,
             &["exec", "-i", "shell", "--", "sh", "-c", "wc -c; echo done"],
             &"x".repeat(200_000),
         );
@@ -1837,7 +1840,7 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
         // The container's processes are the pod's own and no exec is
         // left behind.
         let (code, out, _) =
-            kubectl_env(&api, &env, &["exec", "shell", "--", "ps", "-o", "args"], "");
+            kubectl_env(&api, env, &["exec", "shell", "--", "ps", "-o", "args"], "");
         assert_eq!(code, 0);
         assert_eq!(
             out.lines().filter(|l| l.contains("sh -c")).count(),
@@ -1854,7 +1857,7 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
             .expect("kubectl runs");
         let sleeping = || {
             let (_, out, _) =
-                kubectl_env(&api, &env, &["exec", "shell", "--", "ps", "-o", "args"], "");
+                kubectl_env(&api, env, &["exec", "shell", "--", "ps", "-o", "args"], "");
             out.lines().any(|l| l.trim() == "sleep 997")
         };
         wait(&agent, "the exec'd sleep running", T, || {
@@ -1868,7 +1871,7 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
         // Errors come back as upstream words them.
         let (code, _, err) = kubectl_env(
             &api,
-            &env,
+            env,
             &["exec", "shell", "-c", "nope", "--", "true"],
             "",
         );
@@ -1983,10 +1986,7 @@ fn kubectl_attach_streams_a_containers_output_until_it_ends() {
     let image = registry.push("test/busybox:1", &[]);
     let api = ApiServer::start();
     let agent = Agent::join(&registry, &api, "edge-17", &[]);
-    for (name, env) in [
-        ("ws", vec![]),
-        ("spdy", vec![("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")]),
-    ] {
+    for (name, env) in TRANSPORTS {
         // Output from before the attach is not shown; what comes after is,
         // each stream on its own side, until the container ends.
         let script = "echo early; sleep 4; for i in 1 2 3; do echo tick $i; echo tock $i >&2; sleep 0.5; done";
@@ -2002,7 +2002,7 @@ fn kubectl_attach_streams_a_containers_output_until_it_ends() {
         wait(&agent, "the pod running", T, || {
             running(&api, name).then_some(())
         });
-        let (code, out, err) = kubectl_env(&api, &env, &["attach", name, "-c", "main"], "");
+        let (code, out, err) = kubectl_env(&api, env, &["attach", name, "-c", "main"], "");
         assert_eq!(code, 0, "{name}: {out}\n{err}");
         assert_eq!(out, "tick 1\ntick 2\ntick 3\n", "{name}: {err}");
         assert!(err.contains("tock 1\ntock 2\ntock 3\n"), "{name}: {err}");
@@ -2120,10 +2120,7 @@ fn kubectl_run_and_attach_reach_a_containers_stdin_and_terminal() {
     let image = registry.push("test/busybox:1", &[]);
     let api = ApiServer::start();
     let agent = Agent::join(&registry, &api, "edge-19", &[]);
-    for (transport, env) in [
-        ("ws", vec![]),
-        ("spdy", vec![("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")]),
-    ] {
+    for (transport, env) in TRANSPORTS {
         // `kubectl run -i` makes a stdinOnce container and attaches to it:
         // its input, then its end, reach the container, whose exit code
         // kubectl returns.
@@ -2131,7 +2128,7 @@ fn kubectl_run_and_attach_reach_a_containers_stdin_and_terminal() {
         let image_arg = format!("--image={image}");
         let (code, out, err) = kubectl_env(
             &api,
-            &env,
+            env,
             &[
                 "run",
                 &name,
@@ -2194,7 +2191,7 @@ fn kubectl_run_and_attach_reach_a_containers_stdin_and_terminal() {
         wait(&agent, "the pod running", T, || {
             running(&api, &name).then_some(())
         });
-        let mut terminal = OnTerminal::start(&api, &env, &["attach", "-it", &name], (91, 33));
+        let mut terminal = OnTerminal::start(&api, env, &["attach", "-it", &name], (91, 33));
         terminal.wait_for(&agent, "If you don't see a command prompt");
         terminal.type_in("tty; echo $TERM; stty size; exit 5\r");
         terminal.wait_for(&agent, "33 91");

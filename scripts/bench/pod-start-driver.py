@@ -139,8 +139,10 @@ def measure(work, image, agent, pods, runtime, podman_args):
         with open(path, "w") as f:
             f.write(pod_text(name, image))
         start = time.monotonic()
-        subprocess.run([*podman, "kube", "play", "--tls-verify=false", "--network", "none", path],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        done = subprocess.run([*podman, "kube", "play", "--tls-verify=false", "--network", "none",
+                               path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            sys.exit(f"podman kube play {name}: exit {done.returncode}: {done.stderr.strip()}")
         return int((time.monotonic() - start) * 1e6)
 
     def conmons(measure):
