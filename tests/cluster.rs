@@ -1680,6 +1680,101 @@ fn a_filling_disk_reclaims_unused_images_then_evicts_the_pod_filling_it() {
     );
 }
 
+/// Inodes used and in all on the filesystem of `path`.
+fn fs_inodes_used_and_total(path: &std::path::Path) -> (u64, u64) {
+    let out = common::run(
+        std::process::Command::new("df")
+            .args(["--output=iused,itotal"])
+            .arg(path),
+    );
+    let line = out.lines().nth(1).unwrap().to_owned();
+    let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().unwrap());
+    (fields.next().unwrap(), fields.next().unwrap())
+}
+
+#[test]
+fn running_short_of_inodes_evicts_the_pod_using_the_most_inodes_not_bytes() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let work = common::TempDir::new("nanolet-inodes");
+    let config = work.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "kind: KubeletConfiguration\nevictionHard: {nodefs.inodesFree: 50%}\n",
+    )
+    .unwrap();
+    let mut agent = Agent::join_unstarted(
+        &registry,
+        &api,
+        "edge-21",
+        &["--config", config.to_str().unwrap()],
+    );
+    // The node's disk: a tmpfs with room for bytes but few inodes.
+    std::fs::create_dir_all(&agent.state).unwrap();
+    common::run(
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256m,nr_inodes=4000", "tmpfs"])
+            .arg(&agent.state),
+    );
+    agent.spawn();
+    let with_volume = |name: &str, script: &str| {
+        pod_manifest(
+            name,
+            &image,
+            "  volumes: [{name: data, emptyDir: {}}]\n",
+            script,
+        )
+        .replace(
+            "    command:",
+            "    volumeMounts: [{name: data, mountPath: /data}]\n    command:",
+        )
+    };
+    // The most bytes, in one inode.
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&with_volume(
+            "big-file",
+            "dd if=/dev/zero of=/data/big bs=1M count=64; echo written; sleep 3600",
+        )),
+    );
+    wait(&agent, "big-file running", T, || {
+        running(&api, "big-file").then_some(())
+    });
+    let (used, total) = fs_inodes_used_and_total(&agent.state);
+    let files = (total / 2).saturating_sub(used) + 200;
+    let many = format!(
+        "i=0; while [ $i -lt {files} ]; do : > /data/f$i; i=$((i+1)); done; echo made; sleep 3600"
+    );
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&with_volume("many-files", &many)),
+    );
+    let evicted = wait(&agent, "many-files evicted", T, || {
+        let p = get(&api, &["get", "pod", "many-files"])?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    let message = evicted["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("The node was low on resource: inodes. Threshold quantity: "),
+        "{message}"
+    );
+    wait(&agent, "DiskPressure on the node", T, || {
+        (node_condition(&api, "edge-21", "DiskPressure")? == "True").then_some(())
+    });
+    // Its files go with its sandbox; the pod with the most bytes stays.
+    wait(&agent, "the inodes back", T, || {
+        let (used, total) = fs_inodes_used_and_total(&agent.state);
+        (used < total / 2).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(12));
+    assert!(
+        running(&api, "big-file"),
+        "{:?}",
+        get(&api, &["get", "pod", "big-file"])
+    );
+}
+
 /// A self-signed certificate and key for `name`, written to `dir` (the
 /// files are replaced in one rename each, as a renewal would).
 fn write_serving_pair(

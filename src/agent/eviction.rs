@@ -220,14 +220,17 @@ pub struct Candidate {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PodUsage {
     pub memory: u64,
+    /// Its ephemeral storage: bytes, and inodes.
     pub disk: u64,
+    pub inodes: u64,
     pub processes: u64,
 }
 
 /// The pod to evict for `signal`, by upstream's ranking: for memory, pods
 /// using more than they requested first, then lower priority, then the
 /// largest use over the request; for disk, lower priority then the
-/// largest use; for PIDs, lower priority then the most processes. Pods not
+/// largest use (of inodes for an inode signal, else of bytes); for PIDs,
+/// lower priority then the most processes. Pods not
 /// running (no usage) hold nothing and are not picked.
 pub fn pick<'a>(
     signal: Signal,
@@ -248,6 +251,9 @@ pub fn pick<'a>(
                 std::cmp::Reverse(over),
             )
         }),
+        Condition::Disk if resource(signal) == "inodes" => {
+            ranked.sort_by_key(|(c, u)| (c.priority, std::cmp::Reverse(u.inodes)))
+        }
         Condition::Disk => ranked.sort_by_key(|(c, u)| (c.priority, std::cmp::Reverse(u.disk))),
         Condition::Pid => ranked.sort_by_key(|(c, u)| (c.priority, std::cmp::Reverse(u.processes))),
     }
@@ -369,11 +375,9 @@ async fn measure(ctx: &Context, detail: PodDetail) -> Measured {
             let usage = pod.usage;
             // Its ephemeral storage, as the Summary API reports it.
             let disk = if detail == PodDetail::Disk {
-                crate::stats::disk::pod_disk(&layout, &logs, node_device, pod)
-                    .ephemeral
-                    .bytes
+                crate::stats::disk::pod_disk(&layout, &logs, node_device, pod).ephemeral
             } else {
-                0
+                Default::default()
             };
             pods.insert(
                 pod.uid.clone(),
@@ -381,7 +385,8 @@ async fn measure(ctx: &Context, detail: PodDetail) -> Measured {
                     memory: usage
                         .map(|u| u.working_set_bytes)
                         .unwrap_or_else(|| containers(|u| u.working_set_bytes)),
-                    disk,
+                    disk: disk.bytes,
+                    inodes: disk.inodes,
                     processes: usage
                         .and_then(|u| u.processes)
                         .unwrap_or_else(|| containers(|u| u.processes.unwrap_or(0))),
@@ -705,6 +710,31 @@ mod tests {
             "guaranteed-big"
         );
         assert!(pick(Signal::MemoryAvailable, &pods[1..2], &quiet).is_none());
+    }
+
+    #[test]
+    fn disk_ranking_counts_inodes_for_an_inode_signal() {
+        let pods = vec![
+            candidate("big-file", QosClass::BestEffort, 0, 0),
+            candidate("many-files", QosClass::BestEffort, 0, 0),
+        ];
+        let usage: HashMap<String, PodUsage> =
+            [("big-file", 100 << 20, 3), ("many-files", 4 << 20, 1000)]
+                .into_iter()
+                .map(|(uid, disk, inodes)| {
+                    let usage = PodUsage {
+                        disk,
+                        inodes,
+                        ..Default::default()
+                    };
+                    (uid.to_string(), usage)
+                })
+                .collect();
+        let picked = |signal| pick(signal, &pods, &usage).unwrap().0.uid.clone();
+        assert_eq!(picked(Signal::NodefsAvailable), "big-file");
+        assert_eq!(picked(Signal::ImagefsAvailable), "big-file");
+        assert_eq!(picked(Signal::NodefsInodesFree), "many-files");
+        assert_eq!(picked(Signal::ImagefsInodesFree), "many-files");
     }
 
     #[test]
