@@ -1311,6 +1311,29 @@ fn memory_available() -> u64 {
     (kib("MemFree") + kib("Inactive(file)")) * 1024
 }
 
+/// The pod once its status says Evicted (evicted, or refused at
+/// admission).
+fn evicted(agent: &Agent, api: &ApiServer, pod: &str, timeout: Duration) -> Value {
+    wait(agent, &format!("{pod} evicted"), timeout, || {
+        let p = get(api, &["get", "pod", pod])?;
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    })
+}
+
+/// Its message, once `pod` failed by an eviction for want of `resource`
+/// (upstream's words).
+fn evicted_for(agent: &Agent, api: &ApiServer, pod: &str, resource: &str) -> String {
+    let p = evicted(agent, api, pod, 2 * T);
+    assert_eq!(p["status"]["phase"], "Failed", "{p:#}");
+    let message = p["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let expected = format!("The node was low on resource: {resource}. Threshold quantity: ");
+    assert!(message.starts_with(&expected), "{message}");
+    message
+}
+
 /// pid.available as the agent computes it: the kernel's pid_max less the
 /// tasks that exist.
 fn pids_available() -> u64 {
@@ -1374,21 +1397,12 @@ fn a_soft_pid_threshold_evicts_the_pod_with_the_most_processes_after_its_grace_p
         (node_condition(&api, "edge-20", "PIDPressure")? == "True").then_some(())
     });
     // ...and evicts only once it has been crossed for its grace period.
-    let forker = wait(&agent, "the forker evicted", 2 * T, || {
-        let p = get(&api, &["get", "pod", "forker"])?;
-        (p["status"]["reason"] == "Evicted").then_some(p)
-    });
+    evicted_for(&agent, &api, "forker", "pids");
     let waited = started.elapsed();
     assert!(
         waited >= Duration::from_secs(15),
         "evicted after {waited:?}"
     );
-    let message = forker["status"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with("The node was low on resource: pids. Threshold quantity: "),
-        "{message}"
-    );
-    assert_eq!(forker["status"]["phase"], "Failed");
     // Its processes go with it; the other pod stays.
     wait(&agent, "the forker's processes gone", T, || {
         (pids_available() > threshold + 1000).then_some(())
@@ -1437,17 +1451,8 @@ fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort_pods(
     wait(&agent, "both running", T, || {
         (running(&api, "hog") && running(&api, "steady")).then_some(())
     });
-    let hog = wait(&agent, "the hog evicted", T, || {
-        let p = get(&api, &["get", "pod", "hog"])?;
-        (p["status"]["reason"] == "Evicted").then_some(p)
-    });
-    let message = hog["status"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with("The node was low on resource: memory. Threshold quantity: "),
-        "{message}"
-    );
+    let message = evicted_for(&agent, &api, "hog", "memory");
     assert!(message.contains("Pod default/hog was using"), "{message}");
-    assert_eq!(hog["status"]["phase"], "Failed");
     wait(&agent, "MemoryPressure on the node", T, || {
         (node_condition(&api, "edge-11", "MemoryPressure")? == "True").then_some(())
     });
@@ -1488,10 +1493,8 @@ fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort_pods(
             )
         )),
     );
-    let late = wait(&agent, "the BestEffort pod refused", T, || {
-        let p = get(&api, &["get", "pod", "late"])?;
-        (p["status"]["reason"] == "Evicted").then_some(p)
-    });
+    // Refused: evicted at admission.
+    let late = evicted(&agent, &api, "late", T);
     assert_eq!(
         late["status"]["message"],
         "Pod was rejected: The node had condition: [MemoryPressure]. "
@@ -1521,15 +1524,59 @@ fn memory_pressure_evicts_the_pod_over_its_request_and_refuses_best_effort_pods(
 }
 
 /// Used and total bytes of the filesystem holding `path` (df's view).
-fn fs_used_and_size(path: &std::path::Path) -> (u64, u64) {
-    let out = common::run(
-        std::process::Command::new("df")
-            .args(["-B1", "--output=used,size"])
-            .arg(path),
+/// An agent joined as `node` with the KubeletConfiguration `config`,
+/// whose state dir (the node's disk, images and all) is a tmpfs mounted
+/// with `tmpfs_options`; the agent's cleanup unmounts it.
+fn join_on_tmpfs(
+    (registry, api): (&Registry, &ApiServer),
+    work: &std::path::Path,
+    node: &str,
+    config: &str,
+    tmpfs_options: &str,
+) -> Agent {
+    let config_file = work.join("config.yaml");
+    std::fs::write(&config_file, config).unwrap();
+    let mut agent = Agent::join_unstarted(
+        registry,
+        api,
+        node,
+        &["--config", config_file.to_str().unwrap()],
     );
+    std::fs::create_dir_all(&agent.state).unwrap();
+    common::run(
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", tmpfs_options, "tmpfs"])
+            .arg(&agent.state),
+    );
+    agent.spawn();
+    agent
+}
+
+/// A pod running `script` with an emptyDir on /data.
+fn pod_with_data_volume(name: &str, image: &str, script: &str) -> String {
+    pod_manifest(
+        name,
+        image,
+        "  volumes: [{name: data, emptyDir: {}}]\n",
+        script,
+    )
+    .replace(
+        "    command:",
+        "    volumeMounts: [{name: data, mountPath: /data}]\n    command:",
+    )
+}
+
+/// Two numbers `df` gives for the filesystem of `path`.
+fn df_pair(path: &std::path::Path, args: &[&str]) -> (u64, u64) {
+    let out = common::run(std::process::Command::new("df").args(args).arg(path));
     let line = out.lines().nth(1).unwrap().to_owned();
     let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().unwrap());
     (fields.next().unwrap(), fields.next().unwrap())
+}
+
+/// Bytes used and in all on the filesystem of `path`.
+fn fs_used_and_size(path: &std::path::Path) -> (u64, u64) {
+    df_pair(path, &["-B1", "--output=used,size"])
 }
 
 #[test]
@@ -1552,26 +1599,14 @@ fn a_filling_disk_reclaims_unused_images_then_evicts_the_pod_filling_it() {
         &["--extra-file", &format!("{}:/noise", noise.display())],
     );
     let api = ApiServer::start();
-    let config = work.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        "kind: KubeletConfiguration\nimageMinimumGCAge: 0s\nevictionHard: {nodefs.available: 60%, imagefs.available: 60%}\n",
-    )
-    .unwrap();
-    let mut agent = Agent::join_unstarted(
-        &registry,
-        &api,
+    // The node's disk: a 128 MiB tmpfs.
+    let agent = join_on_tmpfs(
+        (&registry, &api),
+        work.path(),
         "edge-12",
-        &["--config", config.to_str().unwrap()],
+        "kind: KubeletConfiguration\nimageMinimumGCAge: 0s\nevictionHard: {nodefs.available: 60%, imagefs.available: 60%}\n",
+        "size=128m",
     );
-    // The node's disk: a 128 MiB tmpfs, state, images and all.
-    std::fs::create_dir_all(&agent.state).unwrap();
-    common::run(
-        std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=128m", "tmpfs"])
-            .arg(&agent.state),
-    );
-    agent.spawn();
     api.kubectl_ok(
         &["apply", "-f", "-"],
         Some(
@@ -1609,28 +1644,9 @@ fn a_filling_disk_reclaims_unused_images_then_evicts_the_pod_filling_it() {
         format!("dd if=/dev/zero of=/data/fill bs=1M count={fill_mib}; echo filled; sleep 3600");
     api.kubectl_ok(
         &["apply", "-f", "-"],
-        Some(
-            &pod_manifest(
-                "filler",
-                &image,
-                "  volumes: [{name: data, emptyDir: {}}]\n",
-                &fill,
-            )
-            .replace(
-                "    command:",
-                "    volumeMounts: [{name: data, mountPath: /data}]\n    command:",
-            ),
-        ),
+        Some(&pod_with_data_volume("filler", &image, &fill)),
     );
-    let filler = wait(&agent, "the filler evicted", T, || {
-        let p = get(&api, &["get", "pod", "filler"])?;
-        (p["status"]["reason"] == "Evicted").then_some(p)
-    });
-    let message = filler["status"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with("The node was low on resource: ephemeral-storage. "),
-        "{message}"
-    );
+    evicted_for(&agent, &api, "filler", "ephemeral-storage");
     // Images first: the unused one went before the pod did.
     let log = agent.log();
     let reclaimed = log
@@ -1644,10 +1660,10 @@ fn a_filling_disk_reclaims_unused_images_then_evicts_the_pod_filling_it() {
             .contains("test/big:1"),
         "{log}"
     );
-    let evicted = log
+    let eviction = log
         .find("): The node was low on resource: ephemeral-storage")
         .unwrap_or_else(|| panic!("no eviction in\n{log}"));
-    assert!(reclaimed < evicted, "{log}");
+    assert!(reclaimed < eviction, "{log}");
     wait(&agent, "DiskPressure on the node", T, || {
         (node_condition(&api, "edge-12", "DiskPressure")? == "True").then_some(())
     });
@@ -1670,10 +1686,7 @@ fn a_filling_disk_reclaims_unused_images_then_evicts_the_pod_filling_it() {
             "    resources: {requests: {memory: 8Mi}}\n    command:",
         )),
     );
-    let late = wait(&agent, "the late pod refused", T, || {
-        let p = get(&api, &["get", "pod", "late"])?;
-        (p["status"]["reason"] == "Evicted").then_some(p)
-    });
+    let late = evicted(&agent, &api, "late", T);
     assert_eq!(
         late["status"]["message"],
         "Pod was rejected: The node had condition: [DiskPressure]. "
@@ -1682,14 +1695,7 @@ fn a_filling_disk_reclaims_unused_images_then_evicts_the_pod_filling_it() {
 
 /// Inodes used and in all on the filesystem of `path`.
 fn fs_inodes_used_and_total(path: &std::path::Path) -> (u64, u64) {
-    let out = common::run(
-        std::process::Command::new("df")
-            .args(["--output=iused,itotal"])
-            .arg(path),
-    );
-    let line = out.lines().nth(1).unwrap().to_owned();
-    let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().unwrap());
-    (fields.next().unwrap(), fields.next().unwrap())
+    df_pair(path, &["--output=iused,itotal"])
 }
 
 #[test]
@@ -1698,38 +1704,15 @@ fn running_short_of_inodes_evicts_the_pod_using_the_most_inodes_not_bytes() {
     let image = registry.push("test/busybox:1", &[]);
     let api = ApiServer::start();
     let work = common::TempDir::new("nanolet-inodes");
-    let config = work.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        "kind: KubeletConfiguration\nevictionHard: {nodefs.inodesFree: 50%}\n",
-    )
-    .unwrap();
-    let mut agent = Agent::join_unstarted(
-        &registry,
-        &api,
-        "edge-21",
-        &["--config", config.to_str().unwrap()],
-    );
     // The node's disk: a tmpfs with room for bytes but few inodes.
-    std::fs::create_dir_all(&agent.state).unwrap();
-    common::run(
-        std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=256m,nr_inodes=4000", "tmpfs"])
-            .arg(&agent.state),
+    let agent = join_on_tmpfs(
+        (&registry, &api),
+        work.path(),
+        "edge-21",
+        "kind: KubeletConfiguration\nevictionHard: {nodefs.inodesFree: 50%}\n",
+        "size=256m,nr_inodes=4000",
     );
-    agent.spawn();
-    let with_volume = |name: &str, script: &str| {
-        pod_manifest(
-            name,
-            &image,
-            "  volumes: [{name: data, emptyDir: {}}]\n",
-            script,
-        )
-        .replace(
-            "    command:",
-            "    volumeMounts: [{name: data, mountPath: /data}]\n    command:",
-        )
-    };
+    let with_volume = |name: &str, script: &str| pod_with_data_volume(name, &image, script);
     // The most bytes, in one inode.
     api.kubectl_ok(
         &["apply", "-f", "-"],
@@ -1750,15 +1733,7 @@ fn running_short_of_inodes_evicts_the_pod_using_the_most_inodes_not_bytes() {
         &["apply", "-f", "-"],
         Some(&with_volume("many-files", &many)),
     );
-    let evicted = wait(&agent, "many-files evicted", T, || {
-        let p = get(&api, &["get", "pod", "many-files"])?;
-        (p["status"]["reason"] == "Evicted").then_some(p)
-    });
-    let message = evicted["status"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with("The node was low on resource: inodes. Threshold quantity: "),
-        "{message}"
-    );
+    evicted_for(&agent, &api, "many-files", "inodes");
     wait(&agent, "DiskPressure on the node", T, || {
         (node_condition(&api, "edge-21", "DiskPressure")? == "True").then_some(())
     });
