@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::Context;
 use crate::config::{Eviction, Signal, Threshold};
 use crate::pod::QosClass;
+use crate::runtime::disk_usage::DirUsage;
 use crate::stats::fs::FsUsage;
 
 /// Upstream's housekeeping interval.
@@ -220,9 +221,8 @@ pub struct Candidate {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PodUsage {
     pub memory: u64,
-    /// Its ephemeral storage: bytes, and inodes.
-    pub disk: u64,
-    pub inodes: u64,
+    /// Its ephemeral storage.
+    pub disk: DirUsage,
     pub processes: u64,
 }
 
@@ -251,10 +251,13 @@ pub fn pick<'a>(
                 std::cmp::Reverse(over),
             )
         }),
-        Condition::Disk if resource(signal) == "inodes" => {
-            ranked.sort_by_key(|(c, u)| (c.priority, std::cmp::Reverse(u.inodes)))
+        Condition::Disk => {
+            let inodes = matches!(signal, Signal::NodefsInodesFree | Signal::ImagefsInodesFree);
+            ranked.sort_by_key(|(c, u)| {
+                let used = if inodes { u.disk.inodes } else { u.disk.bytes };
+                (c.priority, std::cmp::Reverse(used))
+            })
         }
-        Condition::Disk => ranked.sort_by_key(|(c, u)| (c.priority, std::cmp::Reverse(u.disk))),
         Condition::Pid => ranked.sort_by_key(|(c, u)| (c.priority, std::cmp::Reverse(u.processes))),
     }
     ranked.into_iter().next()
@@ -385,8 +388,7 @@ async fn measure(ctx: &Context, detail: PodDetail) -> Measured {
                     memory: usage
                         .map(|u| u.working_set_bytes)
                         .unwrap_or_else(|| containers(|u| u.working_set_bytes)),
-                    disk: disk.bytes,
-                    inodes: disk.inodes,
+                    disk,
                     processes: usage
                         .and_then(|u| u.processes)
                         .unwrap_or_else(|| containers(|u| u.processes.unwrap_or(0))),
@@ -721,10 +723,9 @@ mod tests {
         let usage: HashMap<String, PodUsage> =
             [("big-file", 100 << 20, 3), ("many-files", 4 << 20, 1000)]
                 .into_iter()
-                .map(|(uid, disk, inodes)| {
+                .map(|(uid, bytes, inodes)| {
                     let usage = PodUsage {
-                        disk,
-                        inodes,
+                        disk: DirUsage { bytes, inodes },
                         ..Default::default()
                     };
                     (uid.to_string(), usage)

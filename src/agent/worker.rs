@@ -121,15 +121,6 @@ fn dir_evicted(pod_dir: &Path) -> PathBuf {
 }
 
 /// Writable by whatever user the container runs as, as upstream makes it.
-/// What the monitor is to give a container for stdin.
-fn monitor_input(input: crate::pod::Input) -> crate::runtime::protocol::Input {
-    crate::runtime::protocol::Input {
-        stdin: input.stdin,
-        stdin_once: input.stdin_once,
-        terminal: input.tty,
-    }
-}
-
 fn create_termination_log(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::File::create(path)?;
@@ -1746,12 +1737,7 @@ impl Worker {
         let created = async {
             let monitor = self.monitor.as_mut().ok_or("no monitor".to_owned())?;
             monitor
-                .create(
-                    &id,
-                    &bundle.dir,
-                    &log_path,
-                    monitor_input(spec_container.input),
-                )
+                .create(&id, &bundle.dir, &log_path, spec_container.input)
                 .await
                 .map_err(|e| e.to_string())
         }

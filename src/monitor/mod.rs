@@ -395,13 +395,13 @@ impl Monitor {
         let writer = LogWriter::open(log_path, self.args.max_log_size, self.args.max_log_files)?;
         let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-        let (stdin, stdin_w) = if input.stdin && !input.terminal {
+        let (stdin, stdin_w) = if input.stdin && !input.tty {
             let (r, w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
             (Stdio::from(r), Some(w))
         } else {
             (Stdio::null(), None)
         };
-        let console = if input.terminal {
+        let console = if input.tty {
             let path = self.args.pod_dir.join("console.sock");
             let _ = fs::remove_file(&path);
             let listener = UnixListener::bind(&path)?;
@@ -465,7 +465,7 @@ impl Monitor {
             .parse()
             .map_err(|_| io::Error::other(format!("{}: not a pid", pid_file.display())))?;
         let mut outputs = vec![(out_r, "stdout"), (err_r, "stderr")];
-        if input.terminal {
+        let held = if input.tty {
             // A container that did not get its terminal cannot be attached
             // to, nor logged: it must not run.
             let master = terminal.and_then(|t| t.ok_or_else(|| io::Error::other("no terminal")));
@@ -473,8 +473,7 @@ impl Monitor {
                 Ok(master) => master,
                 Err(e) => {
                     let _ = Command::new(&self.args.runtime_path)
-                        .args(["--root".as_ref(), self.args.runtime_root.as_os_str()])
-                        .args(["delete", "--force", id])
+                        .args(Runtime::force_delete_args(&self.args.runtime_root, id))
                         .stdin(Stdio::null())
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
@@ -485,24 +484,20 @@ impl Monitor {
                 }
             };
             set_nonblocking(&master)?;
-            self.inputs.insert(
-                id.to_owned(),
-                HeldInput {
-                    fd: master.try_clone()?,
-                    stdin_once: input.stdin_once,
-                    terminal: true,
-                },
-            );
+            let held = master.try_clone()?;
             // A terminal has one output, which CRI logs as stdout.
             outputs.push((master, "stdout"));
-        }
-        if let Some(fd) = stdin_w {
+            Some(held)
+        } else {
+            stdin_w
+        };
+        if let Some(fd) = held {
             self.inputs.insert(
                 id.to_owned(),
                 HeldInput {
                     fd,
                     stdin_once: input.stdin_once,
-                    terminal: false,
+                    terminal: input.tty,
                 },
             );
         }

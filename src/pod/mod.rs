@@ -141,8 +141,10 @@ pub struct Container {
     pub input: Input,
 }
 
-/// A container's stdin and terminal (`stdin`, `stdinOnce`, `tty`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A container's stdin and terminal (`stdin`, `stdinOnce`, `tty`); also
+/// what the agent asks of the pod's monitor for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Input {
     pub stdin: bool,
     /// The first attach that ends closes the container's stdin, as

@@ -42,14 +42,15 @@ pub struct AttachedExec {
     pid_file: PathBuf,
     guard: ExecGuard,
     /// The process spec written for the runtime, removed with the exec.
-    process_file: Option<PathBuf>,
+    _process_file: Option<RemovedOnDrop>,
 }
 
-impl Drop for AttachedExec {
+/// A file of ours that goes when this does.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
     fn drop(&mut self) {
-        if let Some(path) = self.process_file.take() {
-            let _ = std::fs::remove_file(path);
-        }
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -213,14 +214,14 @@ impl Runtime {
                     argv.to_vec(),
                     scratch.join(format!("{name}.process.json")),
                 );
-                let written = path.clone();
+                args.extend(["--process".into(), path.clone().into(), id.into()]);
+                // Removed however this ends, a half-written file too.
+                process_file = Some(RemovedOnDrop(path.clone()));
                 crate::helpers::unblock(move || {
-                    std::fs::write(&written, terminal_process(&config, &argv, size)?)
+                    std::fs::write(&path, terminal_process(&config, &argv, size)?)
                 })
                 .await
                 .map_err(spawn_err)?;
-                args.extend(["--process".into(), path.clone().into(), id.into()]);
-                process_file = Some(path);
             }
             _ => {
                 if io.tty {
@@ -253,12 +254,7 @@ impl Runtime {
             .stderr(stdio(io.stderr)?)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| {
-                if let Some(path) = &process_file {
-                    let _ = std::fs::remove_file(path);
-                }
-                spawn_err(e)
-            })?;
+            .map_err(spawn_err)?;
         let mut exec = AttachedExec {
             stdin: child.stdin.take().map(|w| Box::new(w) as Writer),
             stdout: child.stdout.take().map(|r| Box::new(r) as Reader),
@@ -267,7 +263,7 @@ impl Runtime {
             terminal: None,
             guard: ExecGuard::new(pid_file.clone()),
             pid_file,
-            process_file,
+            _process_file: process_file,
         };
         // Our copies of the slave go, so that the master reads EIO (the
         // end) once the runtime is gone.

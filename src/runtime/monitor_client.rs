@@ -66,6 +66,19 @@ enum LaunchError {
     Gone,
 }
 
+impl MonitorSettings {
+    /// What the monitor of `pod_dir` runs with.
+    fn args(&self, pod_dir: &Path) -> crate::monitor::Args {
+        crate::monitor::Args {
+            pod_dir: pod_dir.to_owned(),
+            runtime_path: self.runtime_path.clone(),
+            runtime_root: self.runtime_root.clone(),
+            max_log_size: self.max_log_size,
+            max_log_files: self.max_log_files,
+        }
+    }
+}
+
 impl LauncherClient {
     pub fn new(launcher: crate::monitor::launcher::Launcher) -> std::io::Result<Self> {
         Ok(LauncherClient {
@@ -143,14 +156,8 @@ pub async fn connect_or_start(
         pod_dir: pod_dir.to_owned(),
         message,
     };
+    let args = settings.args(pod_dir);
     if let Some(launcher) = &settings.launcher {
-        let args = crate::monitor::Args {
-            pod_dir: pod_dir.to_owned(),
-            runtime_path: settings.runtime_path.clone(),
-            runtime_root: settings.runtime_root.clone(),
-            max_log_size: settings.max_log_size,
-            max_log_files: settings.max_log_files,
-        };
         match launcher.launch(&args).await {
             Ok(()) => {
                 return connect(pod_dir, exits)
@@ -164,15 +171,15 @@ pub async fn connect_or_start(
     let output = async_process::Command::new(&settings.executable)
         .arg("monitor")
         .arg("--pod-dir")
-        .arg(pod_dir)
+        .arg(&args.pod_dir)
         .arg("--runtime-path")
-        .arg(&settings.runtime_path)
+        .arg(&args.runtime_path)
         .arg("--runtime-root")
-        .arg(&settings.runtime_root)
+        .arg(&args.runtime_root)
         .arg("--max-log-size")
-        .arg(settings.max_log_size.to_string())
+        .arg(args.max_log_size.to_string())
         .arg("--max-log-files")
-        .arg(settings.max_log_files.to_string())
+        .arg(args.max_log_files.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

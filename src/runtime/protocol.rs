@@ -11,6 +11,11 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+/// A container's stdin as its spec asks: a pipe the monitor holds open
+/// for attach to write to, or (`tty`) a terminal of its own, made with
+/// `--console-socket`, whose output the monitor logs as stdout.
+pub use crate::pod::Input;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Request {
@@ -46,18 +51,6 @@ pub enum Message {
         terminal: bool,
     },
     Exit(Exit),
-}
-
-/// A container's stdin, as the pod spec asks for it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Input {
-    /// A pipe the monitor holds open, for attach to write to.
-    pub stdin: bool,
-    pub stdin_once: bool,
-    /// The container gets its own terminal (`--console-socket`), which the
-    /// monitor logs as stdout.
-    pub terminal: bool,
 }
 
 /// A container's end, as the monitor saw it; also the content of

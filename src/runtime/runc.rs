@@ -144,6 +144,18 @@ impl Runtime {
         args
     }
 
+    /// `delete --force` as the monitor runs it, synchronously, for a
+    /// container whose creation it gives up on.
+    pub fn force_delete_args(root: &Path, id: &str) -> Vec<OsString> {
+        vec![
+            "--root".into(),
+            root.as_os_str().to_owned(),
+            "delete".into(),
+            "--force".into(),
+            id.into(),
+        ]
+    }
+
     async fn run(
         &self,
         op: &'static str,

@@ -222,16 +222,16 @@ async fn attach_input(
         }
         return None;
     };
+    // Sizes for a container without a terminal are read and dropped.
+    let terminal = input.terminal.then(|| input.fd.try_clone().ok()).flatten();
     if let Some(resize) = resize {
-        let terminal = input.terminal.then(|| input.fd.try_clone().ok()).flatten();
         crate::rt::spawn(async move {
             while let Ok(data) = resize.recv().await {
+                let Some(terminal) = &terminal else { continue };
+                let fd = std::os::fd::AsRawFd::as_raw_fd(terminal);
                 for (width, height) in sizes(&data) {
-                    if let Some(terminal) = &terminal {
-                        let fd = std::os::fd::AsRawFd::as_raw_fd(terminal);
-                        if let Err(e) = crate::runtime::attached_exec::set_size(fd, width, height) {
-                            log::debug!("attach: resizing the terminal: {e}");
-                        }
+                    if let Err(e) = crate::runtime::attached_exec::set_size(fd, width, height) {
+                        log::debug!("attach: resizing the terminal: {e}");
                     }
                 }
             }
