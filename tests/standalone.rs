@@ -741,11 +741,7 @@ fn a_lost_monitor_restarts_its_containers_under_a_new_one() {
         "pod.yaml",
         &pod_yaml("orphan", "", &format!("  - name: c\n    image: {image}\n    command: [sh, -c, 'echo started; sleep 3600']\n")),
     );
-    let record = agent.wait_running("orphan");
-    let pod_dir = agent
-        .state
-        .join("pods")
-        .join(record["uid"].as_str().unwrap());
+    let pod_dir = agent.pod_dir(&agent.wait_running("orphan"));
     let monitor = fs::read_to_string(pod_dir.join("monitor.pid")).unwrap();
     common::run(std::process::Command::new("kill").args(["-9", monitor.trim()]));
     let c = agent.wait_for("a restart under a new monitor", T, |a| {
@@ -2857,22 +2853,13 @@ fn the_runtime_execs_with_pipes_and_on_a_terminal() {
         ),
     );
     let record = agent.wait_running("shell");
-    let id = record["status"]["containerStatuses"][0]["containerID"]
-        .as_str()
-        .and_then(|id| id.split_once("://"))
-        .map(|(_, id)| id.to_owned())
-        .expect("a container ID");
+    let id = agent.container_id("shell", "c");
     let kind = match common::runtime().as_str() {
         "crun" => RuntimeKind::Crun,
         _ => RuntimeKind::Runc,
     };
     let runtime = Runtime::new(kind, common::runtime().into(), agent.state.join("runtime"));
-    let bundle = agent
-        .state
-        .join("pods")
-        .join(record["uid"].as_str().expect("a uid"))
-        .join("containers")
-        .join(&id);
+    let bundle = agent.pod_dir(&record).join("containers").join(&id);
     let scratch = agent.dir.path().to_owned();
     let argv = |text: &str| vec!["sh".to_owned(), "-c".to_owned(), text.to_owned()];
     nanolet::rt::block_on(async {
@@ -2978,19 +2965,8 @@ fn a_containers_stdin_and_terminal_are_held_by_its_monitor_for_attach() {
     ]
     .concat();
     agent.write_manifest("input.yaml", &pod_yaml("input", "", &containers));
-    let record = agent.wait_running("input");
-    let pod_dir = agent
-        .state
-        .join("pods")
-        .join(record["uid"].as_str().unwrap());
-    let id = |name: &str| {
-        let status = agent.container_status("input", name).expect("a status");
-        status["containerID"]
-            .as_str()
-            .and_then(|id| id.split_once("://"))
-            .map(|(_, id)| id.to_owned())
-            .expect("a container ID")
-    };
+    let pod_dir = agent.pod_dir(&agent.wait_running("input"));
+    let id = |name: &str| agent.container_id("input", name);
     let logged = |name: &str, what: &str| {
         agent.wait_for(&format!("{what:?} in {name}'s log"), T, |a| {
             a.logs("default/input", Some(name))
@@ -3087,11 +3063,7 @@ fn monitors_are_forked_by_the_launcher_and_execd_once_it_is_gone() {
         )
     };
     let monitor_of = |name: &str| {
-        let record = agent.wait_running(name);
-        let pod_dir = agent
-            .state
-            .join("pods")
-            .join(record["uid"].as_str().unwrap());
+        let pod_dir = agent.pod_dir(&agent.wait_running(name));
         let pid = fs::read_to_string(pod_dir.join("monitor.pid")).unwrap();
         let pid = pid.trim().to_owned();
         assert_eq!(

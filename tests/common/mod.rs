@@ -394,6 +394,23 @@ impl Agent {
         self.records().into_iter().find(|r| r["name"] == name)
     }
 
+    /// The state dir of a pod, from its record.
+    pub fn pod_dir(&self, record: &Value) -> PathBuf {
+        self.state
+            .join("pods")
+            .join(record["uid"].as_str().expect("a pod uid"))
+    }
+
+    /// The runtime's ID of a container, from its status.
+    pub fn container_id(&self, pod: &str, container: &str) -> String {
+        let status = self.container_status(pod, container).expect("a status");
+        status["containerID"]
+            .as_str()
+            .and_then(|id| id.split_once("://"))
+            .map(|(_, id)| id.to_owned())
+            .expect("a container ID")
+    }
+
     pub fn container_status(&self, pod: &str, container: &str) -> Option<Value> {
         let record = self.record(pod)?;
         record["status"]["containerStatuses"]
