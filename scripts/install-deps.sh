@@ -13,7 +13,7 @@ COMMANDS=(runc crun docker-registry skopeo umoci busybox jq htpasswd qemu-aarch6
 PACKAGES=(runc crun docker-registry skopeo umoci busybox-static jq apache2-utils
   qemu-user-static e2fsprogs iproute2 musl-tools gcc-aarch64-linux-gnu
   libc6-dev-arm64-cross curl file iptables containernetworking-plugins
-  qemu-system-x86 linux-image-amd64 python3-grpcio zstd apparmor)
+  qemu-system-x86 linux-image-amd64 python3-grpcio python3-kubernetes zstd apparmor)
 RUST_TARGETS=(aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 
 missing=()
@@ -43,6 +43,9 @@ done
 # gRPC probes are tested against gRPC's own implementation: Debian's
 # Python (not whatever python3 is first on PATH) with its grpcio.
 /usr/bin/python3 -c 'import grpc' 2>/dev/null || missing+=("python3-grpcio")
+# The kubelet's WebSocket port forward is tested with the client that
+# speaks it: the Kubernetes Python client (kubectl speaks SPDY).
+/usr/bin/python3 -c 'import kubernetes.stream' 2>/dev/null || missing+=("python3-kubernetes")
 
 if ((${#missing[@]} > 0)); then
   if ((EUID != 0)); then

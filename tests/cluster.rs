@@ -2048,6 +2048,30 @@ fn kubectl_port_forward_reaches_a_port_in_the_pods_network_namespace() {
         err.contains("error forwarding port 8081 to pod web, uid "),
         "{err}"
     );
+    // The kubelet's own WebSocket protocol, which the API server passes
+    // through for clients other than kubectl: the Python client's.
+    let output = std::process::Command::new("/usr/bin/python3")
+        .arg(common::repo().join("tests/fixtures/python_port_forward.py"))
+        .arg(api.kubeconfig())
+        .args(["default", "web"])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: Value = serde_json::from_str(&stdout).expect("its JSON");
+    assert_eq!(result["small"], "hello\n", "{result}");
+    assert_eq!(result["error_8080"], Value::Null, "{result}");
+    let error = result["error_8081"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("error forwarding port 8081 to pod web, uid "),
+        "{result}"
+    );
+    assert_eq!(result["big_length"], 3_000_000, "{result}");
+    assert_eq!(result["big_intact"], true, "{result}");
 }
 
 #[test]

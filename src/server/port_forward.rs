@@ -1,11 +1,19 @@
-//! `/portForward/{ns}/{pod}[/{uid}]` over SPDY/3.1 (`portforward.k8s.io`),
-//! as the API server forwards `kubectl port-forward`: the client opens a
-//! pair of streams per connection (error and data, with the same `port`
-//! and `requestID` headers); the data stream is joined to a connection to
-//! that port on localhost in the pod's network namespace. kubectl's
-//! SPDY-over-WebSocket tunnel is the API server's to unwrap, as upstream's
-//! kubelet leaves it; offered here, it is refused and kubectl falls back to
-//! plain SPDY.
+//! `/portForward/{ns}/{pod}[/{uid}]`, as the API server forwards a port
+//! forward, joining connections to localhost ports in the pod's network
+//! namespace:
+//! - over SPDY/3.1 (`portforward.k8s.io`, what kubectl speaks): the client
+//!   opens a pair of streams per connection (error and data, with the same
+//!   `port` and `requestID` headers);
+//! - over WebSocket (`v4.channel.k8s.io`, `v4.base64.channel.k8s.io`, or
+//!   none; what the API server passes through for other clients, such as
+//!   the Python client): one connection per port in the `port` parameter,
+//!   made at once, on channels 2i (data) and 2i+1 (error), each opened
+//!   with the port as two little-endian bytes, as upstream's kubelet does.
+//!   The WebSocket ends when all of them have.
+//!
+//! kubectl's SPDY-over-WebSocket tunnel is the API server's to unwrap, as
+//! upstream's kubelet leaves it; offered here, it is refused and kubectl
+//! falls back to plain SPDY.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
@@ -13,16 +21,26 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
+use base64::Engine;
+use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use smol::Async;
+use smol::channel::{Receiver, Sender};
 
-use super::upgrade::{self, Refused};
-use super::{Body, spdy};
+use super::upgrade::{self, Refused, Transport};
+use super::{Body, spdy, websocket};
 use crate::agent::Context;
 
-const PROTOCOLS: &[&str] = &["portforward.k8s.io"];
+const SPDY_PROTOCOLS: &[&str] = &["portforward.k8s.io"];
+
+const BINARY_CHANNELS: &str = "v4.channel.k8s.io";
+const BASE64_CHANNELS: &str = "v4.base64.channel.k8s.io";
+/// `""`: a client that offers no subprotocol speaks binary channels.
+const WEBSOCKET_PROTOCOLS: &[&str] = &[BINARY_CHANNELS, BASE64_CHANNELS, ""];
+
+const MAX_WEBSOCKET_PORTS: usize = 128;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -36,6 +54,18 @@ struct Target {
     name: String,
     uid: String,
     netns: Option<PathBuf>,
+}
+
+impl Target {
+    /// A connection to `port` in the pod, or the error in upstream's words.
+    async fn connect(&self, port: u16) -> Result<Async<TcpStream>, String> {
+        connect(self.netns.clone(), port).await.map_err(|e| {
+            format!(
+                "error forwarding port {port} to pod {}, uid {}: {e}",
+                self.name, self.uid
+            )
+        })
+    }
 }
 
 async fn find_target(
@@ -56,24 +86,65 @@ async fn find_target(
     })
 }
 
+/// The ports a WebSocket request forwards: every `port` parameter, each a
+/// comma-separated list (the API server joins its `ports` so), as
+/// upstream's kubelet parses them.
+fn websocket_ports(query: &[(String, String)]) -> Result<Vec<u16>, String> {
+    let mut ports = Vec::new();
+    for (_, list) in query.iter().filter(|(k, _)| k == "port") {
+        if list.is_empty() {
+            return Err("query parameter \"port\" cannot be empty".to_owned());
+        }
+        for text in list.split(',') {
+            match text.parse::<u16>() {
+                Ok(0) => return Err(format!("port {list:?} must be > 0")),
+                Ok(port) => ports.push(port),
+                Err(_) => return Err(format!("unable to parse {list:?} as a port")),
+            }
+        }
+    }
+    if ports.is_empty() {
+        return Err("query parameter \"port\" is required".to_owned());
+    }
+    // Two one-byte channel numbers per port.
+    if ports.len() > MAX_WEBSOCKET_PORTS {
+        return Err(format!("at most {MAX_WEBSOCKET_PORTS} ports"));
+    }
+    Ok(ports)
+}
+
 pub async fn port_forward(
     ctx: &Rc<Context>,
     mut req: Request<Incoming>,
     (namespace, pod, uid): (&str, &str, Option<&str>),
 ) -> Response<Body> {
+    let negotiated = match upgrade::negotiate(req.headers(), WEBSOCKET_PROTOCOLS, SPDY_PROTOCOLS) {
+        Ok(n) => n,
+        Err(refused) => return refused.response(),
+    };
+    // As upstream, the parameters are checked before the pod is looked up.
+    let ports = match negotiated.transport {
+        Transport::WebSocket => match websocket_ports(&super::query_pairs(&req)) {
+            Ok(ports) => ports,
+            Err(message) => return super::text(StatusCode::BAD_REQUEST, &message),
+        },
+        Transport::Spdy => Vec::new(),
+    };
     let target = match find_target(ctx, namespace, pod, uid).await {
         Ok(t) => t,
         Err(refused) => return refused.response(),
     };
-    let negotiated = match upgrade::negotiate(req.headers(), &[], PROTOCOLS) {
-        Ok(n) => n,
-        Err(refused) => return refused.response(),
-    };
     let response = upgrade::switching(&negotiated);
     let on_upgrade = hyper::upgrade::on(&mut req);
+    let base64 = negotiated.protocol == BASE64_CHANNELS;
     crate::rt::spawn(async move {
-        if let Some(upgraded) = upgrade::take(on_upgrade).await {
-            serve(upgraded, Rc::new(target)).await;
+        let Some(upgraded) = upgrade::take(on_upgrade).await else {
+            return;
+        };
+        let target = Rc::new(target);
+        match negotiated.transport {
+            Transport::Spdy => serve_spdy(upgraded, target).await,
+            Transport::WebSocket => serve_websocket(upgraded, target, ports, base64).await,
         }
     })
     .detach();
@@ -87,7 +158,7 @@ struct Pair {
     data: Option<spdy::Stream>,
 }
 
-async fn serve(upgraded: upgrade::Upgraded, target: Rc<Target>) {
+async fn serve_spdy(upgraded: upgrade::Upgraded, target: Rc<Target>) {
     let (streams, writer) = spdy::serve(upgraded.io, upgraded.pending);
     let mut pairs: HashMap<String, Pair> = HashMap::new();
     while let Ok(stream) = streams.recv().await {
@@ -126,7 +197,7 @@ async fn serve(upgraded: upgrade::Upgraded, target: Rc<Target>) {
             else {
                 continue;
             };
-            crate::rt::spawn(forward(error, data, target.clone(), writer.clone())).detach();
+            crate::rt::spawn(forward_spdy(error, data, target.clone(), writer.clone())).detach();
         }
     }
 }
@@ -142,36 +213,190 @@ fn parse_port(stream: &spdy::Stream) -> Result<u16, String> {
     }
 }
 
-async fn forward(
+async fn forward_spdy(
     error: spdy::Stream,
     data: spdy::Stream,
     target: Rc<Target>,
     writer: spdy::Writer,
 ) {
     let connected = match parse_port(&data) {
-        Ok(port) => connect(target.netns.clone(), port)
-            .await
-            .map(|tcp| (port, tcp))
-            .map_err(|e| {
-                format!(
-                    "error forwarding port {port} to pod {}, uid {}: {e}",
-                    target.name, target.uid
-                )
-            }),
+        Ok(port) => target.connect(port).await,
         Err(e) => Err(e),
     };
-    let tcp = match connected {
-        Ok((_, tcp)) => Rc::new(tcp),
+    match connected {
+        Ok(tcp) => {
+            let to_client = ToClient::Spdy {
+                writer: writer.clone(),
+                id: data.id,
+            };
+            join(tcp, data.data, to_client).await;
+        }
         Err(message) => {
             log::debug!("port forward: {message}");
             let _ = writer.data(error.id, message.as_bytes(), true).await;
-            let _ = writer.data(data.id, &[], true).await;
-            return;
         }
-    };
+    }
+    // Both streams end; the client waits for the error stream's end (a
+    // second FIN on the data stream is ignored).
+    let _ = writer.data(data.id, &[], true).await;
+    let _ = writer.data(error.id, &[], true).await;
+}
+
+/// A WebSocket channel message: the channel's number as a byte, or as a
+/// digit before base64 text.
+fn channel_message(channel: u8, data: &[u8], base64: bool) -> Vec<u8> {
+    if base64 {
+        let mut text = vec![b'0' + channel];
+        text.extend_from_slice(
+            base64::engine::general_purpose::STANDARD
+                .encode(data)
+                .as_bytes(),
+        );
+        websocket::text(&text)
+    } else {
+        let mut message = Vec::with_capacity(data.len() + 1);
+        message.push(channel);
+        message.extend_from_slice(data);
+        websocket::binary(&message)
+    }
+}
+
+/// A client's channel message: its channel and bytes.
+fn parse_channel_message(message: &[u8], base64: bool) -> Option<(u8, Vec<u8>)> {
+    let (&first, rest) = message.split_first()?;
+    if base64 {
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()?;
+        Some((first.checked_sub(b'0')?, data))
+    } else {
+        Some((first, rest.to_vec()))
+    }
+}
+
+async fn serve_websocket(
+    upgraded: upgrade::Upgraded,
+    target: Rc<Target>,
+    ports: Vec<u16>,
+    base64: bool,
+) {
+    let (read_half, write_half) = futures_lite::io::split(upgraded.io);
+    let frames = websocket::writer(write_half);
+    let mut from_client: Vec<Sender<Bytes>> = Vec::with_capacity(ports.len());
+    let mut forwards = Vec::with_capacity(ports.len());
+    for (index, &port) in ports.iter().enumerate() {
+        let Ok(data_channel) = u8::try_from(index * 2) else {
+            break;
+        };
+        let error_channel = data_channel + 1;
+        for channel in [data_channel, error_channel] {
+            let _ = frames
+                .send(channel_message(channel, &port.to_le_bytes(), base64))
+                .await;
+        }
+        let (tx, rx) = smol::channel::bounded::<Bytes>(8);
+        from_client.push(tx);
+        let target = target.clone();
+        let frames = frames.clone();
+        forwards.push(crate::rt::spawn(async move {
+            match target.connect(port).await {
+                Ok(tcp) => {
+                    let to_client = ToClient::WebSocket {
+                        frames,
+                        channel: data_channel,
+                        base64,
+                    };
+                    join(tcp, rx, to_client).await;
+                }
+                Err(message) => {
+                    log::debug!("port forward: {message}");
+                    let _ = frames
+                        .send(channel_message(error_channel, message.as_bytes(), base64))
+                        .await;
+                }
+            }
+        }));
+    }
+    let pongs = frames.clone();
+    let mut reader = websocket::Reader::new(read_half, upgraded.pending);
+    // Dropped (cancelled) once the forwards are done; its end drops the
+    // senders, which ends what goes to the pod.
+    let _reader = crate::rt::spawn(async move {
+        loop {
+            match reader.next().await {
+                Ok(websocket::Incoming::Message(message)) => {
+                    let Some((channel, data)) = parse_channel_message(&message, base64) else {
+                        continue;
+                    };
+                    // Data on an error channel, or on none, goes nowhere.
+                    if channel % 2 == 0
+                        && let Some(tx) = from_client.get(usize::from(channel / 2))
+                    {
+                        let _ = tx.send(Bytes::from(data)).await;
+                    }
+                }
+                Ok(websocket::Incoming::Ping(payload)) => {
+                    let _ = pongs.send(websocket::pong(&payload)).await;
+                }
+                Ok(websocket::Incoming::Close) => break,
+                Err(e) => {
+                    log::debug!("port forward: {e}");
+                    break;
+                }
+            }
+        }
+    });
+    for forward in forwards {
+        forward.await;
+    }
+    let _ = frames.send(websocket::close()).await;
+    frames.close();
+}
+
+/// Where the pod's bytes of a forwarded connection go.
+enum ToClient {
+    Spdy {
+        writer: spdy::Writer,
+        id: u32,
+    },
+    WebSocket {
+        frames: Sender<Vec<u8>>,
+        channel: u8,
+        base64: bool,
+    },
+}
+
+impl ToClient {
+    /// False once the client is gone.
+    async fn send(&self, bytes: &[u8]) -> bool {
+        match self {
+            ToClient::Spdy { writer, id } => writer.data(*id, bytes, false).await.is_ok(),
+            ToClient::WebSocket {
+                frames,
+                channel,
+                base64,
+            } => frames
+                .send(channel_message(*channel, bytes, *base64))
+                .await
+                .is_ok(),
+        }
+    }
+
+    /// The pod closed its side. A SPDY stream half-closes; a v4 channel
+    /// cannot, and ends with the WebSocket.
+    async fn end(&self) {
+        if let ToClient::Spdy { writer, id } = self {
+            let _ = writer.data(*id, &[], true).await;
+        }
+    }
+}
+
+/// Copies both ways between a connection in the pod and the client until
+/// one direction ends and the other has had its grace.
+async fn join(tcp: Async<TcpStream>, from_client: Receiver<Bytes>, to_client: ToClient) {
+    let tcp = Rc::new(tcp);
     let to_pod = {
         let tcp = tcp.clone();
-        let from_client = data.data;
         crate::rt::spawn(async move {
             while let Ok(bytes) = from_client.recv().await {
                 if (&*tcp).write_all(&bytes).await.is_err() {
@@ -183,7 +408,6 @@ async fn forward(
         })
     };
     let to_client = {
-        let writer = writer.clone();
         let tcp = tcp.clone();
         crate::rt::spawn(async move {
             let mut buf = vec![0u8; 32 * 1024];
@@ -191,13 +415,13 @@ async fn forward(
                 match (&*tcp).read(&mut buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
-                        if writer.data(data.id, &buf[..n], false).await.is_err() {
+                        if !to_client.send(&buf[..n]).await {
                             return;
                         }
                     }
                 }
             }
-            let _ = writer.data(data.id, &[], true).await;
+            to_client.end().await;
         })
     };
     let (mut to_pod, mut to_client) = (Some(to_pod), Some(to_client));
@@ -228,11 +452,7 @@ async fn forward(
         })
         .await;
     }
-    // Whatever is left is cancelled with the tasks. Both streams end; the
-    // client waits for the error stream's end (a second FIN on the data
-    // stream is ignored).
-    let _ = writer.data(data.id, &[], true).await;
-    let _ = writer.data(error.id, &[], true).await;
+    // Whatever is left is cancelled with the tasks.
 }
 
 /// Connects to `port` on localhost in the network namespace `netns` (the
@@ -261,4 +481,58 @@ async fn connect(netns: Option<PathBuf>, port: u16) -> std::io::Result<Async<Tcp
         .await
         .map_err(|_| std::io::Error::other("the connecting thread died"))??;
     Async::new(tcp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn websocket_ports_come_from_every_port_parameter_and_its_list() {
+        assert_eq!(
+            websocket_ports(&query(&[("port", "80,8080"), ("x", "1"), ("port", "9")])),
+            Ok(vec![80, 8080, 9])
+        );
+        for (bad, why) in [
+            (&[][..], "is required"),
+            (&[("port", "")][..], "cannot be empty"),
+            (&[("port", "0")][..], "must be > 0"),
+            (&[("port", "80,http")][..], "unable to parse"),
+            (&[("port", "65536")][..], "unable to parse"),
+        ] {
+            let err = websocket_ports(&query(bad)).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+        let many = vec!["1"; MAX_WEBSOCKET_PORTS + 1].join(",");
+        assert!(websocket_ports(&query(&[("port", &many)])).is_err());
+    }
+
+    #[test]
+    fn channel_messages_are_a_byte_or_a_digit_and_base64() {
+        // Unmasked server frames: a two-byte header, then the payload.
+        assert_eq!(
+            channel_message(2, &8080u16.to_le_bytes(), false)[2..],
+            [2, 0x90, 0x1f]
+        );
+        let text = channel_message(1, b"hi", true);
+        assert_eq!(text[0], 0x81);
+        assert_eq!(&text[2..], b"1aGk=");
+        assert_eq!(
+            parse_channel_message(b"0aGk=", true),
+            Some((0, b"hi".to_vec()))
+        );
+        assert_eq!(
+            parse_channel_message(b"\x02hi", false),
+            Some((2, b"hi".to_vec()))
+        );
+        assert_eq!(parse_channel_message(b"0!!", true), None);
+        assert_eq!(parse_channel_message(b"", false), None);
+    }
 }

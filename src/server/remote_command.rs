@@ -408,8 +408,8 @@ impl Client {
     }
 
     fn websocket(upgraded: upgrade::Upgraded, protocol: &str, io: ExecIo) -> Client {
-        let (read_half, mut write_half) = futures_lite::io::split(upgraded.io);
-        let (frames, frames_rx) = smol::channel::bounded::<Vec<u8>>(16);
+        let (read_half, write_half) = futures_lite::io::split(upgraded.io);
+        let frames = websocket::writer(write_half);
         // An empty message on the lowest channel we write, as upstream
         // opens the session.
         let first = if io.stdout {
@@ -420,15 +420,6 @@ impl Client {
             ERROR
         };
         let _ = frames.try_send(websocket::binary(&[first]));
-        crate::rt::spawn(async move {
-            while let Ok(frame) = frames_rx.recv().await {
-                if websocket::send(&mut write_half, &frame).await.is_err() {
-                    break;
-                }
-            }
-            let _ = write_half.close().await;
-        })
-        .detach();
         let (stdin_tx, stdin_rx) = smol::channel::bounded::<Bytes>(8);
         let (resize_tx, resize_rx) = smol::channel::bounded::<Bytes>(4);
         let (gone_tx, gone) = smol::channel::bounded::<Bytes>(1);

@@ -64,8 +64,13 @@ fn listed(headers: &HeaderMap, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The first protocol of the client's, in its order, that we speak.
+/// The first protocol of the client's, in its order, that we speak. A
+/// client offering none gets `""` where we list it (upstream's channel
+/// protocols take such a client as binary).
 fn pick(offered: &[String], ours: &[&'static str]) -> Option<&'static str> {
+    if offered.is_empty() && ours.contains(&"") {
+        return Some("");
+    }
     offered
         .iter()
         .find_map(|o| ours.iter().find(|p| **p == o.as_str()).copied())
@@ -141,7 +146,9 @@ pub fn switching(negotiated: &Negotiated) -> Response<Body> {
                 "sec-websocket-accept",
                 &super::websocket::accept_key(negotiated.key.as_deref().unwrap_or_default()),
             );
-            set("sec-websocket-protocol", negotiated.protocol);
+            if !negotiated.protocol.is_empty() {
+                set("sec-websocket-protocol", negotiated.protocol);
+            }
         }
         Transport::Spdy => {
             set("upgrade", "SPDY/3.1");
@@ -213,6 +220,23 @@ mod tests {
         assert_eq!(
             (got.transport, got.protocol),
             (Transport::Spdy, "v4.channel.k8s.io")
+        );
+        // A WebSocket client offering no subprotocol gets none, where the
+        // endpoint takes such clients.
+        let bare = headers(&[
+            ("upgrade", "websocket"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ]);
+        let got = negotiate(&bare, &["v4.channel.k8s.io", ""], &spdy).unwrap();
+        assert_eq!(got.protocol, "");
+        assert!(
+            !switching(&got)
+                .headers()
+                .contains_key("sec-websocket-protocol")
+        );
+        assert_eq!(
+            negotiate(&bare, &ws, &spdy).unwrap_err().status,
+            StatusCode::FORBIDDEN
         );
         let none = headers(&[("upgrade", "SPDY/3.1"), ("x-stream-protocol-version", "v1")]);
         assert_eq!(

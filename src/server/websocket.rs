@@ -1,9 +1,10 @@
 //! The server side of RFC 6455, as much as the kubelet's channel protocols
-//! need: the handshake's accept key, binary messages both ways (a client's
-//! text message is taken as bytes too), ping, and close. Client frames
+//! need: the handshake's accept key, binary and text messages both ways (a
+//! client's text message is taken as bytes), ping, and close. Client frames
 //! must be masked; ours are not, as the RFC has it.
 
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use smol::channel::Sender;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebSocketError {
@@ -170,6 +171,11 @@ pub fn binary(payload: &[u8]) -> Vec<u8> {
     frame(OP_BINARY, payload)
 }
 
+/// One text message (the caller keeps it UTF-8).
+pub fn text(payload: &[u8]) -> Vec<u8> {
+    frame(OP_TEXT, payload)
+}
+
 pub fn pong(payload: &[u8]) -> Vec<u8> {
     frame(OP_PONG, payload)
 }
@@ -183,6 +189,24 @@ pub fn close() -> Vec<u8> {
 pub async fn send<W: AsyncWrite + Unpin>(io: &mut W, framed: &[u8]) -> std::io::Result<()> {
     io.write_all(framed).await?;
     io.flush().await
+}
+
+/// A task of its own writes the frames sent to the returned channel, in
+/// order, so that several writers share the connection; it closes the
+/// connection's write side once the channel is closed or every sender is
+/// gone.
+pub fn writer<W: AsyncWrite + Unpin + 'static>(mut io: W) -> Sender<Vec<u8>> {
+    let (frames, frames_rx) = smol::channel::bounded::<Vec<u8>>(16);
+    crate::rt::spawn(async move {
+        while let Ok(frame) = frames_rx.recv().await {
+            if send(&mut io, &frame).await.is_err() {
+                break;
+            }
+        }
+        let _ = io.close().await;
+    })
+    .detach();
+    frames
 }
 
 #[cfg(test)]

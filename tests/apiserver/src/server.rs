@@ -903,8 +903,18 @@ impl Server {
         let yes = |key: &str| get(key).is_some_and(|v| v == "true" || v == "1");
         let mut params: Vec<String> = Vec::new();
         let path = if action == "portforward" {
-            if let Some(ports) = get("ports") {
-                params.push(format!("port={}", nanolet::http::percent_encode(ports)));
+            // Every `ports` parameter, each perhaps a list, as one `port`
+            // list (upstream's streamParams).
+            let ports: Vec<&str> = query
+                .iter()
+                .filter(|(k, _)| k == "ports")
+                .map(|(_, v)| v.as_str())
+                .collect();
+            if !ports.is_empty() {
+                params.push(format!(
+                    "port={}",
+                    nanolet::http::percent_encode(&ports.join(","))
+                ));
             }
             format!("/portForward/{namespace}/{name}")
         } else {
