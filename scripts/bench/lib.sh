@@ -12,9 +12,19 @@
 #   bench_join_cluster WORK NODE NANOLET APISERVER REGISTRY CGROUP_ROOT
 # sets api, agent (pids), admin (the API server's admin URL) and port (the
 # kubelet API's), and exports KUBECONFIG (the admin's).
+# Builds the agent as it ships: a static musl binary, here for the host's
+# architecture (a glibc build would count glibc's own pages as the agent's
+# and use another allocator): bench_build_agent sets nanolet.
 # The peer of the pod-start benchmark, which the suite itself does not
 # need. (Debian's podman also drops a CNI config into /etc/cni/net.d;
 # nanolet runs without one.) bench_install_podman
+bench_build_agent() {
+  local target
+  target="$(uname -m)-unknown-linux-musl"
+  cargo build --release --locked --bin nanolet --target "$target" >&2
+  nanolet="$PWD/target/$target/release/nanolet"
+}
+
 bench_install_podman() {
   if ! command -v podman >/dev/null || ! command -v catatonit >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -80,9 +90,8 @@ bench_join_cluster() {
 bench_cluster_prepare() {
   [[ $(id -u) == 0 ]] || { echo "$1: run as root" >&2; exit 1; }
   scripts/install-deps.sh
-  cargo build --release --locked --bin nanolet >&2
+  bench_build_agent
   cargo build --release --locked -p test-apiserver >&2
-  nanolet="$PWD/target/release/nanolet"
   apiserver="$PWD/target/release/test-apiserver"
   work="$(mktemp -d /tmp/nanolet-bench.XXXXXX)"
   cgroup_root="/nanolet-bench-$$"

@@ -13,10 +13,11 @@
 #   podman's conmon processes (podman has no daemon) at the same counts, as
 #   PSS (shared pages of the one binary count once; RSS printed beside).
 # Each runtime this host can run is measured: runc here; crun only on a pure
-# cgroup v2 host (it refuses hybrid ones like these development machines;
-# in the cgroup v2 VM of scripts/vm.sh podman's own containers fail to open
-# /dev/null, with crun and runc alike, for a reason not found, so the
-# comparison cannot run there either).
+# cgroup v2 host (it refuses hybrid ones like these development machines).
+# The cgroup v2 VM of scripts/vm.sh will not do: it has no systemd, and
+# with the cgroupfs manager on cgroup v2 podman 4.3 gives each pod's cgroup
+# a device filter that allows nothing, so `kube play` pods cannot start.
+# The agent measured is the static musl build that ships.
 #
 # Ends with (R is crun where available, else runc):
 #   BENCH pod-start-vs-podman <ratio>    (nanolet median / podman median, runtime R)
@@ -34,8 +35,7 @@ pods=${1:-30}
 [[ $(id -u) == 0 ]] || { echo "pod-start.sh: run as root" >&2; exit 1; }
 scripts/install-deps.sh
 bench_install_podman
-cargo build --release --locked --bin nanolet >&2
-nanolet="$PWD/target/release/nanolet"
+bench_build_agent
 
 work="$(mktemp -d /tmp/nanolet-bench.XXXXXX)"
 cgroup_root="/nanolet-bench-$$"

@@ -30,8 +30,7 @@ runs=${1:-5}
 
 [[ $(id -u) == 0 ]] || { echo "pull.sh: run as root" >&2; exit 1; }
 scripts/install-deps.sh
-cargo build --release --locked --bin nanolet >&2
-nanolet="$PWD/target/release/nanolet"
+bench_build_agent
 
 work="$(mktemp -d /tmp/nanolet-bench-pull.XXXXXX)"
 cgroup_root="/nanolet-bench-pull-$$"
