@@ -128,3 +128,77 @@ fn pids_max_stops_a_fork_bomb_inside_its_pod() {
         logs.contains("can't fork").then_some(())
     });
 }
+
+/// A process of the test's own stalled on memory: in a cgroup whose
+/// memory.high is far below what it allocates, the kernel throttles it,
+/// and the throttling counts as a memory stall in PSI. Removed on drop.
+struct StalledOnMemory {
+    cgroup: PathBuf,
+    child: std::process::Child,
+}
+
+impl StalledOnMemory {
+    fn start(name: &str) -> Self {
+        let cgroup = Path::new("/sys/fs/cgroup").join(name);
+        fs::create_dir(&cgroup).expect("the test's cgroup");
+        for (file, value) in [("memory.high", "16M"), ("memory.max", "512M")] {
+            fs::write(cgroup.join(file), value)
+                .unwrap_or_else(|e| panic!("{}: {e}", cgroup.join(file).display()));
+        }
+        let procs = cgroup.join("cgroup.procs");
+        let child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {} && exec dd if=/dev/zero of=/dev/null bs=256M count=100",
+                procs.display()
+            ))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sh runs");
+        StalledOnMemory { cgroup, child }
+    }
+}
+
+impl Drop for StalledOnMemory {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The cgroup empties once the kernel has reaped the process.
+        for _ in 0..50 {
+            if fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a pure cgroup v2 host: scripts/test-vm.sh runs it"]
+fn the_kernels_memory_pressure_wakes_eviction_at_once() {
+    let registry = Registry::start();
+    let agent = Agent::start(&registry);
+    let root = v2_root(&agent);
+    agent.wait_for("the PSI trigger set", T, |a| {
+        a.log()
+            .contains("memory pressure notifications from /proc/pressure/memory")
+            .then_some(())
+    });
+    let woken = "eviction: the kernel reports memory pressure";
+    assert!(!agent.log().contains(woken), "{}", agent.log());
+    let name = format!("{}-stalled", root.file_name().unwrap().to_string_lossy());
+    let stalled = StalledOnMemory::start(&name);
+    agent.wait_for("eviction woken by the kernel", T, |a| {
+        a.log().contains(woken).then_some(())
+    });
+    // The stall was the test's process's: its cgroup's own "some" total
+    // (µs) is past the trigger's 200 ms.
+    let pressure = read(&stalled.cgroup, "memory.pressure");
+    let total: u64 = pressure
+        .lines()
+        .next()
+        .and_then(|some| some.rsplit_once("total="))
+        .and_then(|(_, t)| t.parse().ok())
+        .unwrap_or_else(|| panic!("{pressure}"));
+    assert!(total >= 200_000, "{pressure}");
+}

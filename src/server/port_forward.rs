@@ -223,6 +223,8 @@ async fn forward_spdy(
         Ok(port) => target.connect(port).await,
         Err(e) => Err(e),
     };
+    // Both streams end, each once but for the data stream (a second FIN
+    // there is ignored); the client waits for the error stream's end.
     match connected {
         Ok(tcp) => {
             let to_client = ToClient::Spdy {
@@ -230,16 +232,15 @@ async fn forward_spdy(
                 id: data.id,
             };
             join(tcp, data.data, to_client).await;
+            let _ = writer.data(data.id, &[], true).await;
+            let _ = writer.data(error.id, &[], true).await;
         }
         Err(message) => {
             log::debug!("port forward: {message}");
             let _ = writer.data(error.id, message.as_bytes(), true).await;
+            let _ = writer.data(data.id, &[], true).await;
         }
     }
-    // Both streams end; the client waits for the error stream's end (a
-    // second FIN on the data stream is ignored).
-    let _ = writer.data(data.id, &[], true).await;
-    let _ = writer.data(error.id, &[], true).await;
 }
 
 /// A WebSocket channel message: the channel's number as a byte, or as a
