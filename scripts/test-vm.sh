@@ -33,4 +33,4 @@ for rt in crun runc; do
 done
 echo '== cgroup v2 VM: standalone tests with crun'
 NANOLET_TEST_RUNTIME=crun $standalone --test-threads=2 ${selection[*]}"
-exec scripts/vm.sh --mem 3072 -- sh -c "$job"
+exec scripts/vm.sh --mem 3072 --timeout 900 -- sh -c "$job"

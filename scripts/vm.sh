@@ -6,18 +6,22 @@
 # The host's cgroup mounts are never touched. Prints the command's output
 # and exits with its exit code.
 #
-# Usage: scripts/vm.sh [--mem MIB] [--cpus N] [--env NAME=VALUE]... -- CMD [ARG]...
+# Usage: scripts/vm.sh [--mem MIB] [--cpus N] [--timeout SECONDS] [--env NAME=VALUE]... -- CMD [ARG]...
 # CMD runs from the current directory (which must be under / on this host).
+# A VM still running after the timeout (default 1500 s; a boot once hung
+# with the CPUs busy and no output) is stopped, and the exit code is 124.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 mem=2048
 cpus=2
+limit=1500
 envs=()
 while (($# > 0)); do
   case $1 in
     --mem) mem=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
+    --timeout) limit=$2; shift 2 ;;
     --env) envs+=("$2"); shift 2 ;;
     --) shift; break ;;
     *) echo "vm.sh: unknown option $1" >&2; exit 2 ;;
@@ -100,7 +104,8 @@ trap 'rm -rf "$scratch"' EXIT
 bios=()
 [[ -f /usr/share/qemu/qboot.rom ]] && bios=(-bios /usr/share/qemu/qboot.rom)
 # The console carries the job's output; the kernel stays quiet.
-qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$cpus" -m "$mem" \
+started=$SECONDS
+timeout --kill-after=10 "$limit" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$cpus" -m "$mem" \
   "${bios[@]}" -nographic -no-reboot -nic none \
   -kernel "$kernel" -initrd "$initrd" \
   -append "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init systemd.unified_cgroup_hierarchy=1" \
@@ -110,5 +115,12 @@ qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$cpus" -m "$mem" \
   -device virtio-9p-pci,fsdev=scratch,mount_tag=scratch </dev/null |
   tr -d '\r' | grep --line-buffered -v '^\[ *[0-9.]*\] reboot: Power down$' || true
 
-[[ -s $scratch/rc ]] || { echo "vm.sh: the VM ended without the job's exit code" >&2; exit 1; }
+if [[ ! -s $scratch/rc ]]; then
+  if ((SECONDS - started >= limit)); then
+    echo "vm.sh: the VM ran past ${limit} s and was stopped" >&2
+    exit 124
+  fi
+  echo "vm.sh: the VM ended without the job's exit code" >&2
+  exit 1
+fi
 exit "$(cat "$scratch/rc")"

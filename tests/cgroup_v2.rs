@@ -129,23 +129,32 @@ fn pids_max_stops_a_fork_bomb_inside_its_pod() {
     });
 }
 
-/// A process of the test's own stalled on memory: in a cgroup whose
-/// memory.high is far below what it allocates, the kernel throttles it,
-/// and the throttling counts as a memory stall in PSI. Removed on drop.
+/// A cgroup of the test's own with `limits`, and in it a process that
+/// allocates far more: over memory.high the kernel throttles it (which
+/// counts as a memory stall in PSI), at memory.max it OOM-kills it.
+/// Removed on drop.
 struct StalledOnMemory {
     cgroup: PathBuf,
-    child: std::process::Child,
+    child: Option<std::process::Child>,
 }
 
 impl StalledOnMemory {
-    fn start(name: &str) -> Self {
+    fn new(name: &str, limits: &[(&str, &str)]) -> Self {
         let cgroup = Path::new("/sys/fs/cgroup").join(name);
         fs::create_dir(&cgroup).expect("the test's cgroup");
-        for (file, value) in [("memory.high", "16M"), ("memory.max", "512M")] {
-            fs::write(cgroup.join(file), value)
-                .unwrap_or_else(|e| panic!("{}: {e}", cgroup.join(file).display()));
+        let made = StalledOnMemory {
+            cgroup,
+            child: None,
+        };
+        for &(file, value) in limits {
+            let path = made.cgroup.join(file);
+            fs::write(&path, value).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
-        let procs = cgroup.join("cgroup.procs");
+        made
+    }
+
+    fn allocate(&mut self) {
+        let procs = self.cgroup.join("cgroup.procs");
         let child = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
@@ -155,14 +164,16 @@ impl StalledOnMemory {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("sh runs");
-        StalledOnMemory { cgroup, child }
+        self.child = Some(child);
     }
 }
 
 impl Drop for StalledOnMemory {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         // The cgroup empties once the kernel has reaped the process.
         for _ in 0..50 {
             if fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists() {
@@ -187,7 +198,9 @@ fn the_kernels_memory_pressure_wakes_eviction_at_once() {
     let woken = "eviction: the kernel reports memory pressure";
     assert!(!agent.log().contains(woken), "{}", agent.log());
     let name = format!("{}-stalled", root.file_name().unwrap().to_string_lossy());
-    let stalled = StalledOnMemory::start(&name);
+    let mut stalled =
+        StalledOnMemory::new(&name, &[("memory.high", "16M"), ("memory.max", "512M")]);
+    stalled.allocate();
     agent.wait_for("eviction woken by the kernel", T, |a| {
         a.log().contains(woken).then_some(())
     });
@@ -201,4 +214,47 @@ fn the_kernels_memory_pressure_wakes_eviction_at_once() {
         .and_then(|(_, t)| t.parse().ok())
         .unwrap_or_else(|| panic!("{pressure}"));
     assert!(total >= 200_000, "{pressure}");
+}
+
+/// Where the kernel has no PSI, the agent watches `kubepods`' own
+/// memory.events.local instead: a cgroup reaching its memory.max changes
+/// it, and the watch reports that (here on a cgroup of the test's own; the
+/// VM's kernel has PSI, which the agent prefers).
+#[test]
+#[ignore = "needs a pure cgroup v2 host: scripts/test-vm.sh runs it"]
+fn a_cgroup_at_its_memory_limit_notifies_through_its_memory_events() {
+    let name = format!("nanolet-test-events-{}", std::process::id());
+    let cgroup = Path::new("/sys/fs/cgroup").join(&name);
+    assert!(
+        Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+        "not a cgroup v2 host: run through scripts/test-vm.sh"
+    );
+    let mut at_limit = StalledOnMemory::new(&name, &[("memory.max", "16M")]);
+    let events = cgroup.join("memory.events.local");
+    let notified = nanolet::agent::memory_pressure::watch_events(&events).expect("a watch");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        notified.try_recv().is_err(),
+        "a notification before any event"
+    );
+    at_limit.allocate();
+    smol::block_on(async {
+        let got = futures_lite::FutureExt::or(async { notified.recv().await.is_ok() }, async {
+            smol::Timer::after(T).await;
+            false
+        })
+        .await;
+        assert!(
+            got,
+            "no notification; {}",
+            read(&cgroup, "memory.events.local")
+        );
+    });
+    let text = read(&cgroup, "memory.events.local");
+    let max: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("max "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(max > 0, "{text}");
 }

@@ -1,13 +1,25 @@
 //! The kernel's word that memory is short, so that eviction looks at once
-//! rather than at its next 10 s pass: a PSI trigger on
-//! `/proc/pressure/memory` (tasks stalled on memory for 200 ms within two
-//! seconds). A trigger fd reports only POLLPRI, which the event loop's
-//! reactor does not wait for: one thread sleeps in poll(2) on it and wakes
-//! only when the kernel fires.
+//! rather than at its next 10 s pass:
+//! - a PSI trigger on `/proc/pressure/memory` (tasks stalled on memory for
+//!   200 ms within two seconds). A trigger fd reports only POLLPRI, which
+//!   the event loop's reactor does not wait for: one thread sleeps in
+//!   poll(2) on it and wakes only when the kernel fires.
+//! - where the kernel has no PSI (Raspberry Pi kernels ship it off unless
+//!   booted with `psi=1`) on a cgroup v2 host: `kubepods`' own
+//!   `memory.events.local`, which the kernel changes (and inotify reports)
+//!   when the pods together reach the cgroup's high or max limit, that is
+//!   node allocatable, or an OOM kill comes of it. Limits hit inside a pod
+//!   count in the pod's own file, not there.
+//!
+//! Either way one thread waits in the kernel, and the loop hears of a
+//! firing at most once per [`MIN_INTERVAL`].
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 use smol::channel::{Receiver, Sender};
 
@@ -18,10 +30,62 @@ const PRESSURE_FILE: &str = "/proc/pressure/memory";
 /// multiple of 2 s, which the kernel requires without CAP_SYS_RESOURCE.
 const TRIGGER: &str = "some 200000 2000000";
 
-/// Notifications, one per firing; `None` where the kernel has no PSI (or
-/// it is off), and the 10 s pass is all there is.
-pub fn watch() -> Option<Receiver<()>> {
-    watch_file(Path::new(PRESSURE_FILE))
+/// A thrashing cgroup changes its memory.events up to every 10 ms; the
+/// PSI trigger's window is 2 s.
+const MIN_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Notifications, one per firing: PSI's, else changes of
+/// `pods_memory_events` (`kubepods`' memory.events.local on cgroup v2).
+/// `None` where there are neither, and the 10 s pass is all there is.
+pub fn watch(pods_memory_events: Option<&Path>) -> Option<Receiver<()>> {
+    watch_file(Path::new(PRESSURE_FILE)).or_else(|| watch_events(pods_memory_events?))
+}
+
+/// Notifications of changes of a cgroup's `memory.events` (or `.local`),
+/// at most one per [`MIN_INTERVAL`]; `None` if it cannot be watched.
+pub fn watch_events(path: &Path) -> Option<Receiver<()>> {
+    let watched = Inotify::init(InitFlags::IN_CLOEXEC).and_then(|inotify| {
+        inotify.add_watch(path, AddWatchFlags::IN_MODIFY)?;
+        Ok(inotify)
+    });
+    let inotify = match watched {
+        Ok(inotify) => inotify,
+        Err(e) => {
+            log::info!("no memory pressure notifications ({}): {e}", path.display());
+            return None;
+        }
+    };
+    let (tx, rx) = smol::channel::bounded(1);
+    let spawned = std::thread::Builder::new()
+        .name("nanolet-memevents".into())
+        .stack_size(64 * 1024)
+        .spawn(move || wait_for_changes(&inotify, &tx));
+    if let Err(e) = spawned {
+        log::warn!("no memory pressure notifications: {e}");
+        return None;
+    }
+    log::info!("memory pressure notifications from {}", path.display());
+    Some(rx)
+}
+
+fn wait_for_changes(inotify: &Inotify, notify: &Sender<()>) {
+    // Blocking reads: each returns once something changed.
+    while let Ok(events) = inotify.read_events() {
+        // IN_IGNORED: the cgroup is gone, and its watch with it.
+        if events
+            .iter()
+            .any(|e| e.mask.contains(AddWatchFlags::IN_IGNORED))
+        {
+            return;
+        }
+        let _ = notify.try_send(());
+        if notify.is_closed() {
+            return;
+        }
+        // What changes meanwhile is the same pressure: it waits, and the
+        // events it makes are read (and dropped) by the next read.
+        std::thread::sleep(MIN_INTERVAL);
+    }
 }
 
 fn watch_file(path: &Path) -> Option<Receiver<()>> {

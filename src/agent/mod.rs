@@ -253,13 +253,6 @@ pub async fn run(
     crate::rt::spawn(collect_images(ctx.clone())).detach();
     let candidates = eviction::Candidates::default();
     let (evict_tx, evict_rx) = smol::channel::unbounded();
-    crate::rt::spawn(eviction::run(
-        ctx.clone(),
-        candidates.clone(),
-        evict_tx,
-        memory_pressure::watch(),
-    ))
-    .detach();
     if ctx.config.healthz_port != 0 {
         let addr =
             std::net::SocketAddr::new(ctx.config.healthz_bind_address, ctx.config.healthz_port);
@@ -373,6 +366,16 @@ pub async fn run(
     if let Err(e) = ctx.cgroups.update_pods(&node::pods_cgroup_limits(&ctx)) {
         log::warn!("the kubepods cgroup: {e}");
     }
+    // After kubepods exists: its memory events are watched where the
+    // kernel has no PSI.
+    let pressure = memory_pressure::watch(ctx.cgroups.pods_memory_events().as_deref());
+    crate::rt::spawn(eviction::run(
+        ctx.clone(),
+        candidates.clone(),
+        evict_tx,
+        pressure,
+    ))
+    .detach();
     let mut qos_written: Option<u64> = None;
     loop {
         let scan = match &source {

@@ -77,6 +77,16 @@ impl Hierarchy {
         limits::ensure(self.version, &self.qos_path(QosClass::Guaranteed), limits)
     }
 
+    /// `kubepods`' own memory events file (cgroup v2 only): it changes when
+    /// the pods together reach the cgroup's limits.
+    pub fn pods_memory_events(&self) -> Option<PathBuf> {
+        (self.version == Version::V2).then(|| {
+            Path::new("/sys/fs/cgroup")
+                .join(self.qos_path(QosClass::Guaranteed).trim_start_matches('/'))
+                .join("memory.events.local")
+        })
+    }
+
     /// The QoS-level cgroups, as upstream sizes them: BestEffort gets the
     /// least CPU weight, Burstable the sum of its pods' CPU requests.
     pub fn update_qos(&self, burstable_cpu_milli: u64) -> Result<(), CgroupError> {
