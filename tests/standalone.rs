@@ -3043,8 +3043,17 @@ fn shared_dirty_kib(pid: &str) -> u64 {
 fn monitors_are_forked_by_the_launcher_and_execd_once_it_is_gone() {
     let registry = Registry::start();
     let image = busybox(&registry);
-    let mut agent = Agent::start(&registry);
+    let mut agent = Agent::unstarted(&registry, None, &[]);
+    // A pipe the agent inherits, as from the shell that started it:
+    // monitors, which outlive the agent, must not hold it.
+    let (_pipe_read, pipe_write) = nix::unistd::pipe().unwrap();
+    agent.inherit(pipe_write);
+    agent.spawn();
     let agent_pid = agent.pid().unwrap();
+    let holds_inherited = |pid: &str| {
+        std::path::Path::new(&format!("/proc/{pid}/fd/{}", common::INHERITED_FD)).exists()
+    };
+    assert!(holds_inherited(&agent_pid.to_string()));
     let launcher = agent.wait_for("the monitor launcher", T, |_| {
         children_named(agent_pid, "nanolet-launch").first().copied()
     });
@@ -3073,6 +3082,10 @@ fn monitors_are_forked_by_the_launcher_and_execd_once_it_is_gone() {
         assert_eq!(
             cmdline(&pid),
             format!("nanolet monitor --pod-dir {}", pod_dir.display())
+        );
+        assert!(
+            !holds_inherited(&pid),
+            "monitor {pid} holds the agent's inherited pipe"
         );
         pid
     };

@@ -13,7 +13,7 @@ pub mod log;
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -113,6 +113,7 @@ pub fn detach(prepared: Prepared) -> io::Result<()> {
         ForkResult::Child => {}
     }
     setsid().map_err(io::Error::from)?;
+    close_inherited(listener.as_raw_fd())?;
     launcher::name_process("nanolet-monitor", &launcher::monitor_title(&args.pod_dir));
     // Orphaned container processes are reparented to us, not to init.
     let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
@@ -145,6 +146,24 @@ pub fn detach(prepared: Prepared) -> io::Result<()> {
         eprintln!("monitor: {e}");
     }
     std::process::exit(if result.is_ok() { 0 } else { 1 });
+}
+
+/// Closes every descriptor but stdio and `keep`. A monitor outlives the
+/// agent, and must not hold what the agent inherited: a pipe of the shell
+/// or service manager that started it would never see its end.
+fn close_inherited(keep: RawFd) -> io::Result<()> {
+    let open: Vec<RawFd> = fs::read_dir("/proc/self/fd")?
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in open.into_iter().filter(|&fd| fd > 2 && fd != keep) {
+        // Safety: nothing alive in this process owns these descriptors
+        // (the monitor's own state is the listener and its arguments, and
+        // callers never return past detach); the directory's own, listed
+        // too, is closed already and gets EBADF.
+        unsafe { libc::close(fd) };
+    }
+    Ok(())
 }
 
 fn redirect_stdio(log: &Path) -> io::Result<()> {

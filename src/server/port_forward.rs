@@ -247,7 +247,8 @@ async fn forward_spdy(
 /// digit before base64 text.
 fn channel_message(channel: u8, data: &[u8], base64: bool) -> Vec<u8> {
     if base64 {
-        let mut text = vec![b'0' + channel];
+        // Upstream's arithmetic: a byte, wrapping past 255.
+        let mut text = vec![b'0'.wrapping_add(channel)];
         text.extend_from_slice(
             base64::engine::general_purpose::STANDARD
                 .encode(data)
@@ -269,7 +270,7 @@ fn parse_channel_message(message: &[u8], base64: bool) -> Option<(u8, Vec<u8>)> 
         let data = base64::engine::general_purpose::STANDARD
             .decode(rest)
             .ok()?;
-        Some((first.checked_sub(b'0')?, data))
+        Some((first.wrapping_sub(b'0'), data))
     } else {
         Some((first, rest.to_vec()))
     }

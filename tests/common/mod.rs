@@ -197,7 +197,12 @@ pub struct Agent {
     extra_args: Vec<String>,
     /// The network namespace the agent runs in (the host's if `None`).
     netns: Option<PathBuf>,
+    /// Passed to the agent as [`INHERITED_FD`] by [`Agent::spawn`].
+    inherited: Option<std::os::fd::OwnedFd>,
 }
+
+/// Where [`Agent::inherit`]'s descriptor is in the agent.
+pub const INHERITED_FD: i32 = 200;
 
 impl Agent {
     pub fn start(registry: &Registry) -> Agent {
@@ -232,7 +237,14 @@ impl Agent {
             child: None,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             netns: netns.map(|n| n.path.clone()),
+            inherited: None,
         }
+    }
+
+    /// A descriptor each later [`Agent::spawn`] leaves open in the agent
+    /// as [`INHERITED_FD`], as a shell or service manager may.
+    pub fn inherit(&mut self, fd: std::os::fd::OwnedFd) {
+        self.inherited = Some(fd);
     }
 
     /// The arguments the next [`Agent::spawn`] adds to the agent's own.
@@ -302,6 +314,21 @@ impl Agent {
             }
             None => Command::new(env!("CARGO_BIN_EXE_nanolet")),
         };
+        if let Some(fd) = &self.inherited {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let raw = fd.as_raw_fd();
+            // Safety: dup2 is async-signal-safe; the new descriptor is
+            // left without close-on-exec, as an inherited one would be.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::dup2(raw, INHERITED_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = command
             .arg("run")
             .arg("--state-dir")
