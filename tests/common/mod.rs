@@ -691,6 +691,19 @@ impl Agent {
                 }
             }
         }
+        // A monitor the launcher was forking when the agent died writes its
+        // pid file late, if at all: found by its command line (its pod dir)
+        // as well, twice, the second time after it has had time to name
+        // itself.
+        let pods_dir = format!("--pod-dir {}/", self.state.join("pods").display());
+        for round in 0..2 {
+            if round > 0 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            for pid in processes_whose_cmdline_contains(&pods_dir) {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            }
+        }
         for c in self.runtime_containers() {
             if let Some(id) = c["id"].as_str() {
                 let _ = Command::new(runtime())
@@ -710,6 +723,24 @@ impl Agent {
             remove_cgroup_tree(&root);
         }
     }
+}
+
+/// Processes whose command line (its arguments joined by spaces)
+/// contains `needle`.
+fn processes_whose_cmdline_contains(needle: &str) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| {
+                let line: Vec<u8> = raw.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
+                String::from_utf8_lossy(&line).contains(needle)
+            })
+        })
+        .collect()
 }
 
 impl Drop for Agent {
