@@ -55,11 +55,23 @@ pub fn watch_events(path: &Path) -> Option<Receiver<()>> {
             return None;
         }
     };
+    notifying_thread("nanolet-memevents", path, move |tx| {
+        wait_for_changes(&inotify, tx)
+    })
+}
+
+/// A thread of its own that waits in the kernel for `path`'s firings and
+/// sends them to the returned channel.
+fn notifying_thread(
+    name: &str,
+    path: &Path,
+    wait: impl FnOnce(&Sender<()>) + Send + 'static,
+) -> Option<Receiver<()>> {
     let (tx, rx) = smol::channel::bounded(1);
     let spawned = std::thread::Builder::new()
-        .name("nanolet-memevents".into())
+        .name(name.into())
         .stack_size(64 * 1024)
-        .spawn(move || wait_for_changes(&inotify, &tx));
+        .spawn(move || wait(&tx));
     if let Err(e) = spawned {
         log::warn!("no memory pressure notifications: {e}");
         return None;
@@ -100,17 +112,7 @@ fn watch_file(path: &Path) -> Option<Receiver<()>> {
         log::info!("no memory pressure notifications ({}): {e}", path.display());
         return None;
     }
-    let (tx, rx) = smol::channel::bounded(1);
-    let spawned = std::thread::Builder::new()
-        .name("nanolet-psi".into())
-        .stack_size(64 * 1024)
-        .spawn(move || wait_for_firings(&file, &tx));
-    if let Err(e) = spawned {
-        log::warn!("no memory pressure notifications: {e}");
-        return None;
-    }
-    log::info!("memory pressure notifications from {}", path.display());
-    Some(rx)
+    notifying_thread("nanolet-psi", path, move |tx| wait_for_firings(&file, tx))
 }
 
 fn wait_for_firings(file: &std::fs::File, notify: &Sender<()>) {
