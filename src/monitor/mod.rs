@@ -159,8 +159,8 @@ fn close_inherited(keep: RawFd) -> io::Result<()> {
     for fd in open.into_iter().filter(|&fd| fd > 2 && fd != keep) {
         // Safety: nothing alive in this process owns these descriptors
         // (the monitor's own state is the listener and its arguments, and
-        // callers never return past detach); the directory's own, listed
-        // too, is closed already and gets EBADF.
+        // its callers end the process when detach returns); the
+        // directory's own, listed too, is closed already and gets EBADF.
         unsafe { libc::close(fd) };
     }
     Ok(())
