@@ -3030,13 +3030,40 @@ fn children_named(parent: u32, comm: &str) -> Vec<u32> {
 }
 
 /// Dirty pages a process shares with others, in KiB.
+/// Dirty pages a process shares copy-on-write (with the process it was
+/// forked from), per mapping no more than the mapping's anonymous pages:
+/// a binary built moments ago is dirty in the page cache, and its file
+/// pages would count too, in any process that maps it. (Relocated data is
+/// anonymous, though its mapping names the binary and is read-only by
+/// now.)
 fn shared_dirty_kib(pid: &str) -> u64 {
-    fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("Shared_Dirty:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
+    let smaps = fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let field = |block: &str, name: &str| -> u64 {
+        block
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    // Each mapping's block starts with its "start-end perms ..." line.
+    let mut blocks: Vec<String> = Vec::new();
+    for line in smaps.lines() {
+        let header = line
+            .split_whitespace()
+            .next()
+            .is_some_and(|first| first.contains('-') && !first.ends_with(':'));
+        if header || blocks.is_empty() {
+            blocks.push(String::new());
+        }
+        if let Some(block) = blocks.last_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    blocks
+        .iter()
+        .map(|b| field(b, "Shared_Dirty:").min(field(b, "Anonymous:")))
+        .sum()
 }
 
 #[test]
