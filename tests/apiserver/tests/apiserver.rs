@@ -548,7 +548,9 @@ fn watches_resume_bookmark_time_out_and_expire() {
 
 #[test]
 fn graceful_pod_deletion_scheduling_and_node_lifecycle() {
-    let s = ApiServer::start_with(&["--node-grace", "2"]);
+    // Long enough for a kubectl apply on a loaded machine (the grace runs
+    // from the node's creation, in whole seconds), short for the test.
+    let s = ApiServer::start_with(&["--node-grace", "5"]);
     let (code, _) = s.call(
         "POST",
         "/api/v1/nodes",
@@ -592,7 +594,7 @@ fn graceful_pod_deletion_scheduling_and_node_lifecycle() {
         404
     );
     // No Lease renewal within the grace period: NotReady (Unknown).
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(6));
     s.admin("POST", "/expire-leases");
     let (_, node) = s.call("GET", "/api/v1/nodes/edge-1", None);
     let ready = node["status"]["conditions"]
