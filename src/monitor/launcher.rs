@@ -12,7 +12,6 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
@@ -70,7 +69,7 @@ fn serve(stream: &UnixStream) -> ! {
         }
         let launched = serde_json::from_str::<Args>(&line)
             .map_err(|e| format!("bad request: {e}"))
-            .and_then(|args| launch(args, stream.as_raw_fd()));
+            .and_then(launch);
         let answer = match launched {
             Ok(()) => Answer {
                 ok: true,
@@ -98,16 +97,12 @@ fn exit(code: i32) -> ! {
 /// Forks a child that prepares the monitor and then detaches it, as
 /// `nanolet monitor` does; the child's exit is the answer. What went wrong
 /// comes back on a pipe that the monitor itself does not hold.
-fn launch(args: Args, own_socket: RawFd) -> Result<(), String> {
+fn launch(args: Args) -> Result<(), String> {
     let (errors_r, errors_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     // Safety: the launcher is single-threaded.
     match unsafe { fork() } {
         Err(e) => Err(format!("fork: {e}")),
         Ok(ForkResult::Child) => {
-            // A monitor holding the launcher's socket would keep the agent
-            // from ever seeing the launcher go.
-            // Safety: the fd is the launcher's, unused in this child.
-            unsafe { libc::close(own_socket) };
             drop(errors_r);
             match super::prepare(args) {
                 Ok(prepared) => {

@@ -149,8 +149,10 @@ pub fn detach(prepared: Prepared) -> io::Result<()> {
 }
 
 /// Closes every descriptor but stdio and `keep`. A monitor outlives the
-/// agent, and must not hold what the agent inherited: a pipe of the shell
-/// or service manager that started it would never see its end.
+/// agent, and must not hold what the agent inherited (a pipe of the shell
+/// or service manager that started it would never see its end), nor, when
+/// forked by the launcher, the launcher's socket (the agent would never
+/// see the launcher go).
 fn close_inherited(keep: RawFd) -> io::Result<()> {
     let open: Vec<RawFd> = fs::read_dir("/proc/self/fd")?
         .flatten()

@@ -263,16 +263,17 @@ fn channel_message(channel: u8, data: &[u8], base64: bool) -> Vec<u8> {
     }
 }
 
-/// A client's channel message: its channel and bytes.
-fn parse_channel_message(message: &[u8], base64: bool) -> Option<(u8, Vec<u8>)> {
+/// A client's channel message: its channel and bytes (a binary message's
+/// without a copy).
+fn parse_channel_message(message: Vec<u8>, base64: bool) -> Option<(u8, Bytes)> {
     let (&first, rest) = message.split_first()?;
     if base64 {
         let data = base64::engine::general_purpose::STANDARD
             .decode(rest)
             .ok()?;
-        Some((first.wrapping_sub(b'0'), data))
+        Some((first.wrapping_sub(b'0'), Bytes::from(data)))
     } else {
-        Some((first, rest.to_vec()))
+        Some((first, Bytes::from(message).slice(1..)))
     }
 }
 
@@ -325,26 +326,22 @@ async fn serve_websocket(
     // senders, which ends what goes to the pod.
     let _reader = crate::rt::spawn(async move {
         loop {
-            match reader.next().await {
-                Ok(websocket::Incoming::Message(message)) => {
-                    let Some((channel, data)) = parse_channel_message(&message, base64) else {
-                        continue;
-                    };
-                    // Data on an error channel, or on none, goes nowhere.
-                    if channel % 2 == 0
-                        && let Some(tx) = from_client.get(usize::from(channel / 2))
-                    {
-                        let _ = tx.send(Bytes::from(data)).await;
-                    }
-                }
-                Ok(websocket::Incoming::Ping(payload)) => {
-                    let _ = pongs.send(websocket::pong(&payload)).await;
-                }
-                Ok(websocket::Incoming::Close) => break,
+            let message = match reader.next_message(&pongs).await {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
                 Err(e) => {
                     log::debug!("port forward: {e}");
                     break;
                 }
+            };
+            let Some((channel, data)) = parse_channel_message(message, base64) else {
+                continue;
+            };
+            // Data on an error channel, or on none, goes nowhere.
+            if channel % 2 == 0
+                && let Some(tx) = from_client.get(usize::from(channel / 2))
+            {
+                let _ = tx.send(data).await;
             }
         }
     });
@@ -526,15 +523,13 @@ mod tests {
         let text = channel_message(1, b"hi", true);
         assert_eq!(text[0], 0x81);
         assert_eq!(&text[2..], b"1aGk=");
+        let parse = |message: &[u8], base64| parse_channel_message(message.to_vec(), base64);
+        assert_eq!(parse(b"0aGk=", true), Some((0, Bytes::from_static(b"hi"))));
         assert_eq!(
-            parse_channel_message(b"0aGk=", true),
-            Some((0, b"hi".to_vec()))
+            parse(b"\x02hi", false),
+            Some((2, Bytes::from_static(b"hi")))
         );
-        assert_eq!(
-            parse_channel_message(b"\x02hi", false),
-            Some((2, b"hi".to_vec()))
-        );
-        assert_eq!(parse_channel_message(b"0!!", true), None);
-        assert_eq!(parse_channel_message(b"", false), None);
+        assert_eq!(parse(b"0!!", true), None);
+        assert_eq!(parse(b"", false), None);
     }
 }

@@ -430,36 +430,32 @@ impl Client {
             let _gone = gone_tx;
             let mut stdin = Some(stdin_tx);
             loop {
-                match reader.next().await {
-                    Ok(websocket::Incoming::Message(message)) => {
-                        let Some((&channel, data)) = message.split_first() else {
-                            continue;
-                        };
-                        match channel {
-                            STDIN => {
-                                if let Some(tx) = &stdin
-                                    && tx.send(Bytes::copy_from_slice(data)).await.is_err()
-                                {
-                                    stdin = None;
-                                }
-                            }
-                            RESIZE => {
-                                let _ = resize_tx.send(Bytes::copy_from_slice(data)).await;
-                            }
-                            CLOSE if closes_streams && data.first() == Some(&STDIN) => {
-                                stdin = None;
-                            }
-                            _ => {}
-                        }
-                    }
-                    Ok(websocket::Incoming::Ping(payload)) => {
-                        let _ = pongs.send(websocket::pong(&payload)).await;
-                    }
-                    Ok(websocket::Incoming::Close) => break,
+                let message = match reader.next_message(&pongs).await {
+                    Ok(Some(message)) => message,
+                    Ok(None) => break,
                     Err(e) => {
                         log::debug!("exec: {e}");
                         break;
                     }
+                };
+                let Some((&channel, data)) = message.split_first() else {
+                    continue;
+                };
+                match channel {
+                    STDIN => {
+                        if let Some(tx) = &stdin
+                            && tx.send(Bytes::copy_from_slice(data)).await.is_err()
+                        {
+                            stdin = None;
+                        }
+                    }
+                    RESIZE => {
+                        let _ = resize_tx.send(Bytes::copy_from_slice(data)).await;
+                    }
+                    CLOSE if closes_streams && data.first() == Some(&STDIN) => {
+                        stdin = None;
+                    }
+                    _ => {}
                 }
             }
         })

@@ -148,6 +148,25 @@ impl<R: AsyncRead + Unpin> Reader<R> {
     }
 }
 
+impl<R: AsyncRead + Unpin> Reader<R> {
+    /// The client's next message; `None` once it closes. Pings meanwhile
+    /// are answered on `frames`.
+    pub async fn next_message(
+        &mut self,
+        frames: &Sender<Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>, WebSocketError> {
+        loop {
+            match self.next().await? {
+                Incoming::Message(message) => return Ok(Some(message)),
+                Incoming::Ping(payload) => {
+                    let _ = frames.send(pong(&payload)).await;
+                }
+                Incoming::Close => return Ok(None),
+            }
+        }
+    }
+}
+
 fn frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 10);
     out.push(0x80 | opcode);
