@@ -1062,6 +1062,38 @@ fn registry_mirrors_first_then_the_registry_itself() {
     assert!(agent.log().contains("trying the next"), "{}", agent.log());
 }
 
+/// As upstream: a container that cannot start has ended (StartError, exit
+/// 128), and restartPolicy Always starts it again, with backoff.
+#[test]
+fn a_container_that_cannot_start_is_started_again_with_backoff() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    agent.write_manifest(
+        "unstartable.yaml",
+        &pod_yaml(
+            "unstartable",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [no-such-command]\n"),
+        ),
+    );
+    // The first restart is at once; the next waits out the backoff (10 s).
+    let status = agent.wait_for("a restart, then backoff", T, |a| {
+        let s = a.container_status("unstartable", "c")?;
+        (s["state"]["waiting"]["reason"] == "CrashLoopBackOff").then_some(s)
+    });
+    assert_eq!(status["restartCount"], 1, "{status:#}");
+    let last = &status["lastState"]["terminated"];
+    assert_eq!(last["reason"], "StartError", "{status:#}");
+    assert_eq!(last["exitCode"], 128, "{status:#}");
+    assert!(
+        last["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no-such-command")),
+        "{status:#}"
+    );
+}
+
 #[test]
 fn a_container_over_its_memory_limit_is_oom_killed() {
     let registry = Registry::start();

@@ -1817,6 +1817,9 @@ impl Worker {
                 if restart_count > 0 {
                     c.restart_backoff.record_attempt(Instant::now());
                 }
+                // No exit will be reported for it: the next pass, at once,
+                // applies the restart policy (and its backoff).
+                c.retry_at = Some(Instant::now());
                 let _ = bundle.remove(&self.ctx.runtime, &id).await;
             }
         }
