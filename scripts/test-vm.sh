@@ -3,7 +3,8 @@
 # VM of scripts/vm.sh: the cgroup v2 tests with crun and with runc, then
 # standalone tests under crun (which refuses this hybrid host). The VM
 # emulates its CPU, so only a selection of the standalone suite runs there;
-# all of it runs on the host with runc.
+# all of it runs on the host with runc. Then one test in a second VM, booted
+# without PSI.
 # Usage: scripts/test-vm.sh [extra libtest filters for the standalone run]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,11 +27,16 @@ selection=(a_container_over_its_memory_limit_is_oom_killed
   a_containers_stdin_and_terminal_are_held_by_its_monitor_for_attach
   "$@")
 
+without_psi=without_psi_pods_at_node_allocatable_wake_eviction_at_once
 job="set -e
 for rt in crun runc; do
   echo \"== cgroup v2 VM: cgroup tests with \$rt\"
-  NANOLET_TEST_RUNTIME=\$rt $cgroup_v2 --ignored --test-threads=2
+  NANOLET_TEST_RUNTIME=\$rt $cgroup_v2 --ignored --test-threads=2 --skip $without_psi
 done
 echo '== cgroup v2 VM: standalone tests with crun'
 NANOLET_TEST_RUNTIME=crun $standalone --test-threads=2 ${selection[*]}"
-exec scripts/vm.sh --mem 3072 --timeout 900 -- sh -c "$job"
+scripts/vm.sh --mem 3072 --timeout 900 -- sh -c "$job"
+# A kernel without PSI, as Raspberry Pi kernels boot by default.
+echo "== cgroup v2 VM booted with psi=0: $without_psi"
+exec scripts/vm.sh --mem 3072 --timeout 300 --kernel-arg psi=0 -- \
+  env NANOLET_TEST_RUNTIME=crun "$cgroup_v2" --ignored --exact "$without_psi"

@@ -6,7 +6,8 @@
 # The host's cgroup mounts are never touched. Prints the command's output
 # and exits with its exit code.
 #
-# Usage: scripts/vm.sh [--mem MIB] [--cpus N] [--timeout SECONDS] [--env NAME=VALUE]... -- CMD [ARG]...
+# Usage: scripts/vm.sh [--mem MIB] [--cpus N] [--timeout SECONDS] [--env NAME=VALUE]...
+#                      [--kernel-arg ARG]... -- CMD [ARG]...
 # CMD runs from the current directory (which must be under / on this host).
 # A VM still running after the timeout (default 1500 s; a boot once hung
 # with the CPUs busy and no output) is stopped, and the exit code is 124.
@@ -17,12 +18,14 @@ mem=2048
 cpus=2
 limit=1500
 envs=()
+kernel_args=()
 while (($# > 0)); do
   case $1 in
     --mem) mem=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
     --timeout) limit=$2; shift 2 ;;
     --env) envs+=("$2"); shift 2 ;;
+    --kernel-arg) kernel_args+=("$2"); shift 2 ;;
     --) shift; break ;;
     *) echo "vm.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -108,7 +111,7 @@ started=$SECONDS
 timeout --kill-after=10 "$limit" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$cpus" -m "$mem" \
   "${bios[@]}" -nographic -no-reboot -nic none \
   -kernel "$kernel" -initrd "$initrd" \
-  -append "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init systemd.unified_cgroup_hierarchy=1" \
+  -append "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init systemd.unified_cgroup_hierarchy=1${kernel_args[*]:+ ${kernel_args[*]}}" \
   -fsdev local,id=root,path=/,security_model=none,readonly=on,multidevs=remap \
   -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
   -fsdev local,id=scratch,path="$scratch",security_model=none,multidevs=remap \

@@ -216,41 +216,68 @@ fn the_kernels_memory_pressure_wakes_eviction_at_once() {
     assert!(total >= 200_000, "{pressure}");
 }
 
-/// Where the kernel has no PSI, the agent watches `kubepods`' own
-/// memory.events.local instead: a cgroup reaching its memory.max changes
-/// it, and the watch reports that (here on a cgroup of the test's own; the
-/// VM's kernel has PSI, which the agent prefers).
+/// Where the kernel has no PSI (Raspberry Pi kernels unless booted with
+/// `psi=1`), the agent watches `kubepods`' own memory.events.local instead:
+/// pods together reaching node allocatable wake the eviction loop. Needs a
+/// kernel booted with `psi=0`: `scripts/test-vm.sh` boots a second VM for it.
 #[test]
-#[ignore = "needs a pure cgroup v2 host: scripts/test-vm.sh runs it"]
-fn a_cgroup_at_its_memory_limit_notifies_through_its_memory_events() {
-    let name = format!("nanolet-test-events-{}", std::process::id());
-    let cgroup = Path::new("/sys/fs/cgroup").join(&name);
+#[ignore = "needs a cgroup v2 host booted with psi=0: scripts/test-vm.sh runs it"]
+fn without_psi_pods_at_node_allocatable_wake_eviction_at_once() {
     assert!(
-        Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
-        "not a cgroup v2 host: run through scripts/test-vm.sh"
+        !Path::new("/proc/pressure/memory").exists(),
+        "this kernel has PSI: run through scripts/test-vm.sh, which boots one with psi=0"
     );
-    let mut at_limit = StalledOnMemory::new(&name, &[("memory.max", "16M")]);
-    let events = cgroup.join("memory.events.local");
-    let notified = nanolet::agent::memory_pressure::watch_events(&events).expect("a watch");
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(
-        notified.try_recv().is_err(),
-        "a notification before any event"
-    );
-    at_limit.allocate();
-    smol::block_on(async {
-        let got = futures_lite::FutureExt::or(async { notified.recv().await.is_ok() }, async {
-            smol::Timer::after(T).await;
-            false
-        })
-        .await;
-        assert!(
-            got,
-            "no notification; {}",
-            read(&cgroup, "memory.events.local")
-        );
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    // Everything but 200 MiB is reserved, so kubepods' memory.max is 200 MiB.
+    let mem_total_kib: u64 = fs::read_to_string("/proc/meminfo")
+        .expect("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("MemTotal");
+    let work = common::TempDir::new("nanolet-no-psi");
+    let config = work.path().join("config.yaml");
+    fs::write(
+        &config,
+        format!(
+            "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nkubeReserved: {{memory: {}Ki}}\n",
+            mem_total_kib - (200 << 10)
+        ),
+    )
+    .expect("the config");
+    let agent = Agent::start_with(&registry, &["--config", config.to_str().expect("utf-8")]);
+    let root = v2_root(&agent);
+    let events = root.join("kubepods/memory.events.local");
+    agent.wait_for("the memory.events watch set", T, |a| {
+        a.log()
+            .contains(&format!(
+                "memory pressure notifications from {}",
+                events.display()
+            ))
+            .then_some(())
     });
-    let text = read(&cgroup, "memory.events.local");
+    assert_eq!(
+        read(&root.join("kubepods"), "memory.max"),
+        (200u64 << 20).to_string()
+    );
+    let woken = "eviction: the kernel reports memory pressure";
+    assert!(!agent.log().contains(woken), "{}", agent.log());
+
+    // A BestEffort pod that allocates more than all pods may have (tail
+    // keeps the whole of /dev/zero as one line).
+    agent.write_manifest(
+        "hungry.yaml",
+        &pod_yaml(
+            "hungry",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [tail, /dev/zero]\n"),
+        ),
+    );
+    agent.wait_for("eviction woken by the kernel", T, |a| {
+        a.log().contains(woken).then_some(())
+    });
+    let text = read(&root.join("kubepods"), "memory.events.local");
     let max: u64 = text
         .lines()
         .find_map(|l| l.strip_prefix("max "))

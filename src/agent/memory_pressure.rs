@@ -43,7 +43,7 @@ pub fn watch(pods_memory_events: Option<&Path>) -> Option<Receiver<()>> {
 
 /// Notifications of changes of a cgroup's `memory.events` (or `.local`),
 /// at most one per [`MIN_INTERVAL`]; `None` if it cannot be watched.
-pub fn watch_events(path: &Path) -> Option<Receiver<()>> {
+fn watch_events(path: &Path) -> Option<Receiver<()>> {
     let watched = Inotify::init(InitFlags::IN_CLOEXEC).and_then(|inotify| {
         inotify.add_watch(path, AddWatchFlags::IN_MODIFY)?;
         Ok(inotify)
