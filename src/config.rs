@@ -61,6 +61,7 @@ struct KubeletConfigurationDoc {
     address: Option<std::net::IpAddr>,
     healthz_port: Option<u16>,
     healthz_bind_address: Option<std::net::IpAddr>,
+    read_only_port: Option<u16>,
     tls_cert_file: Option<PathBuf>,
     tls_private_key_file: Option<PathBuf>,
     authentication: Option<AuthenticationDoc>,
@@ -263,6 +264,10 @@ pub struct Config {
     /// Plain-HTTP `/healthz` (0: none), on `healthz_bind_address`.
     pub healthz_port: u16,
     pub healthz_bind_address: std::net::IpAddr,
+    /// Upstream's unauthenticated plain-HTTP port for `/healthz`, `/pods`,
+    /// `/stats/summary` and `/metrics[/resource]`, on `address` (0: none,
+    /// the default, as upstream's configuration file has it).
+    pub read_only_port: u16,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub client_ca_file: Option<PathBuf>,
@@ -565,6 +570,7 @@ impl Default for Config {
             port: 10250,
             healthz_port: 10248,
             healthz_bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
+            read_only_port: 0,
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
@@ -855,6 +861,9 @@ impl Config {
         if let Some(address) = kubelet.healthz_bind_address {
             config.healthz_bind_address = address;
         }
+        if let Some(port) = kubelet.read_only_port {
+            config.read_only_port = port;
+        }
         config.tls_cert_file = kubelet.tls_cert_file;
         config.tls_private_key_file = kubelet.tls_private_key_file;
         let authentication = kubelet.authentication.unwrap_or_default();
@@ -1006,6 +1015,11 @@ impl Config {
                     ConfigError::Flag(format!("--healthz-port: {value:?} is not a port"))
                 })?
             }
+            "read-only-port" => {
+                self.read_only_port = value.parse().map_err(|_| {
+                    ConfigError::Flag(format!("--read-only-port: {value:?} is not a port"))
+                })?
+            }
             "healthz-bind-address" => {
                 self.healthz_bind_address = value.parse().map_err(|_| {
                     ConfigError::Flag(format!(
@@ -1113,7 +1127,7 @@ mod tests {
 
     #[test]
     fn both_documents() {
-        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /m\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\nclusterDNS: [10.96.0.10]\nclusterDomain: edge.local.\nhealthzPort: 0\n---\nkind: NanoletConfiguration\nstateDir: /s\nruntime: {name: crun}\ninsecureRegistries: [\"127.0.0.1:5000\"]\n";
+        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /m\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\nclusterDNS: [10.96.0.10]\nclusterDomain: edge.local.\nhealthzPort: 0\nreadOnlyPort: 10255\n---\nkind: NanoletConfiguration\nstateDir: /s\nruntime: {name: crun}\ninsecureRegistries: [\"127.0.0.1:5000\"]\n";
         let c = Config::parse(text, Path::new("c.yaml")).unwrap();
         assert_eq!(c.static_pod_path, Some(PathBuf::from("/m")));
         assert_eq!(c.container_log_max_size, 1 << 20);
@@ -1128,6 +1142,8 @@ mod tests {
         );
         assert_eq!(c.cluster_domain, "edge.local");
         assert_eq!(c.healthz_port, 0);
+        assert_eq!(c.read_only_port, 10255);
+        assert_eq!(Config::default().read_only_port, 0);
         assert_eq!(Config::default().healthz_port, 10248);
     }
 

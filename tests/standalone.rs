@@ -2774,24 +2774,75 @@ fn a_download_cut_by_an_agent_restart_resumes_where_it_stopped() {
 }
 
 #[test]
-fn healthz_answers_on_its_own_plain_port() {
+fn healthz_and_the_read_only_port_answer_on_plain_http() {
     let registry = Registry::start();
+    let image = busybox(&registry);
     let port = common::free_port().to_string();
-    let agent = Agent::start_with(&registry, &["--healthz-port", &port]);
-    let get = |path: &str| {
+    let read_only = common::free_port().to_string();
+    let agent = Agent::start_with(
+        &registry,
+        &[
+            "--healthz-port",
+            &port,
+            "--address",
+            "127.0.0.1",
+            "--read-only-port",
+            &read_only,
+        ],
+    );
+    let request = |method: &str, port: &str, path: &str| {
         let out = std::process::Command::new("curl")
-            .args(["-s", "-w", " %{http_code}"])
+            .args(["-s", "-X", method, "-w", " %{http_code}"])
             .arg(format!("http://127.0.0.1:{port}{path}"))
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
+    let get = |path: &str| request("GET", &port, path);
     let answer = agent.wait_for("healthz", T, |_| {
         let a = get("/healthz");
         a.ends_with("200").then_some(a)
     });
     assert_eq!(answer, "ok\n 200");
     assert!(get("/pods").ends_with("404"), "{}", get("/pods"));
+
+    // The read-only port: the reading endpoints, with no credentials.
+    agent.write_manifest(
+        "web.yaml",
+        &pod_yaml(
+            "web",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("web");
+    let get = |path: &str| request("GET", &read_only, path);
+    let pods = get("/pods");
+    assert!(
+        pods.ends_with(" 200") && pods.contains(r#""name":"web""#),
+        "{pods}"
+    );
+    let summary = agent.wait_for("the pod in the summary", T, |_| {
+        let s = get("/stats/summary");
+        s.contains(r#""name":"web""#).then_some(s)
+    });
+    assert!(summary.contains("usageCoreNanoSeconds"), "{summary}");
+    let metrics = get("/metrics");
+    assert!(
+        metrics.ends_with(" 200") && metrics.contains("nanolet_event_loop_lag_seconds_bucket"),
+        "{metrics}"
+    );
+    let resource = get("/metrics/resource");
+    assert!(
+        resource.contains(
+            r#"container_cpu_usage_seconds_total{container="c",namespace="default",pod="web"}"#
+        ),
+        "{resource}"
+    );
+    // Logs and exec are for authenticated users only, and nothing is written.
+    assert!(get("/containerLogs/default/web/c").ends_with(" 404"));
+    assert!(request("POST", &read_only, "/exec/default/web/c?command=id").ends_with(" 405"));
+    assert_eq!(get("/healthz"), "ok\n 200");
 }
 
 #[test]

@@ -262,6 +262,12 @@ pub async fn run(
             Err(e) => log::error!("healthz: {e}"),
         }
     }
+    if ctx.config.read_only_port != 0 {
+        match crate::server::bind_read_only(ctx.clone()) {
+            Ok(serving) => crate::rt::spawn(serving).detach(),
+            Err(e) => log::error!("read-only port: {e}"),
+        }
+    }
 
     let (done_tx, done_rx) = smol::channel::unbounded::<String>();
     let mut workers: HashMap<String, WorkerHandle> = HashMap::new();

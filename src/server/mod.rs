@@ -177,23 +177,70 @@ pub fn bind(
 /// 127.0.0.1): what a local supervisor or liveness check asks, in
 /// standalone mode too. An answer means the loop runs.
 pub fn bind_healthz(addr: SocketAddr) -> Result<impl Future<Output = ()>, ServerError> {
+    let serving = plain_http(addr, |req: Request<Incoming>| async move {
+        match (req.method(), req.uri().path()) {
+            (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
+            (&Method::GET, _) => text(StatusCode::NOT_FOUND, "404 page not found"),
+            _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+        }
+    })?;
+    log::info!("healthz listening on http://{addr}/healthz");
+    Ok(serving)
+}
+
+/// Upstream's read-only port (readOnlyPort, off unless configured): the
+/// kubelet API's reading endpoints over plain HTTP, with no authentication,
+/// as upstream serves them; what a standalone node's Prometheus scrapes.
+/// Logs, exec, attach and port-forward are not among them.
+pub fn bind_read_only(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, ServerError> {
+    let addr = SocketAddr::new(ctx.config.address, ctx.config.read_only_port);
+    let serving = plain_http(addr, move |req: Request<Incoming>| {
+        let ctx = ctx.clone();
+        async move {
+            let path = req.uri().path().to_owned();
+            let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+            let reading = matches!(
+                segments.as_slice(),
+                ["healthz"]
+                    | ["pods"]
+                    | ["stats", "summary"]
+                    | ["metrics"]
+                    | ["metrics", "resource"]
+            );
+            match *req.method() {
+                Method::GET if reading => handle(&ctx, req).await,
+                Method::GET => text(StatusCode::NOT_FOUND, "404 page not found"),
+                _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+            }
+        }
+    })?;
+    log::warn!("read-only kubelet API, without authentication, on http://{addr}");
+    Ok(serving)
+}
+
+/// Plain HTTP/1.1 on `addr`, every request answered by `answer`.
+fn plain_http<Answer, Answered>(
+    addr: SocketAddr,
+    answer: Answer,
+) -> Result<impl Future<Output = ()>, ServerError>
+where
+    Answer: Fn(Request<Incoming>) -> Answered + Clone + 'static,
+    Answered: Future<Output = Response<Body>> + 'static,
+{
     let listener = TcpListener::bind(addr)
         .and_then(Async::new)
         .map_err(|source| ServerError::Listen { addr, source })?;
-    log::info!("healthz listening on http://{addr}/healthz");
     Ok(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 smol::Timer::after(Duration::from_millis(200)).await;
                 continue;
             };
+            let answer = answer.clone();
             crate::rt::spawn(async move {
-                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                    Ok::<_, Infallible>(match (req.method(), req.uri().path()) {
-                        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok"),
-                        (&Method::GET, _) => text(StatusCode::NOT_FOUND, "404 page not found"),
-                        _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
-                    })
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let answered = answer(req);
+                    async move { Ok::<_, Infallible>(answered.await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(crate::http::io::HyperIo(stream), service)
