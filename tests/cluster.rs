@@ -1951,6 +1951,37 @@ fn kubectl_exec_runs_commands_in_the_container_over_websocket_and_spdy() {
             "{transport}: {err}"
         );
     }
+
+    // The kubelet's `/run`, a POST through the node proxy: a command split
+    // on spaces, its output the answer; a failure is a 500 with stderr.
+    let run = |cmd: &str| {
+        let path = format!("/api/v1/nodes/edge-15/proxy/run/default/shell/main?cmd={cmd}");
+        kubectl_env(&api, &[], &["create", "--raw", &path, "-f", "-"], "")
+    };
+    let (code, out, err) = run("cat%20/proc/1/cmdline");
+    assert_eq!((code, out.as_str()), (0, "sleep\x003600\0"), "{err}");
+    let (code, _, err) = run("ls%20/nowhere");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("command 'ls /nowhere' exited with 1") && err.contains("No such file"),
+        "{err}"
+    );
+    let (code, _, err) = run("true");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = kubectl_env(
+        &api,
+        &[],
+        &[
+            "create",
+            "--raw",
+            "/api/v1/nodes/edge-15/proxy/run/default/shell/nope?cmd=true",
+            "-f",
+            "-",
+        ],
+        "",
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("container not found"), "{err}");
 }
 
 /// An HTTP/1.0 GET on a local port: the body.

@@ -14,7 +14,7 @@ use futures_rustls::rustls;
 use smol::Async;
 
 use crate::pod::probe::{Handler, Probe, ProbeAction, ProbeKind, Probes};
-use crate::runtime::runc::Runtime;
+use crate::runtime::runc::{EXEC_OUTPUT, Runtime};
 
 /// What a probe found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,15 +213,17 @@ pub async fn run(runtime: &Runtime, probe: &Probe, target: &Target) -> Outcome {
     match &probe.action {
         ProbeAction::Exec(command) => {
             let pid_file = target.scratch.clone();
+            let limits = (probe.timeout, EXEC_OUTPUT);
             match runtime
-                .exec(&target.container_id, command, &pid_file, probe.timeout)
+                .exec(&target.container_id, command, &pid_file, limits)
                 .await
             {
-                Ok(Some((0, _))) => Outcome::Success,
-                Ok(Some((code, output))) => Outcome::Failure(if output.trim().is_empty() {
-                    format!("command {command:?} exited with {code}")
-                } else {
-                    output.trim_end().to_owned()
+                Ok(Some(ended)) if ended.code == 0 => Outcome::Success,
+                Ok(Some(ended)) => Outcome::Failure(match ended.text(EXEC_OUTPUT) {
+                    output if output.trim().is_empty() => {
+                        format!("command {command:?} exited with {}", ended.code)
+                    }
+                    output => output.trim_end().to_owned(),
                 }),
                 Ok(None) => Outcome::Failure(format!(
                     "command timed out: {command:?} timed out after {:?}",

@@ -38,6 +38,23 @@ pub enum RuntimeError {
 /// How much of an exec's output is kept (upstream's probe limit).
 pub const EXEC_OUTPUT: usize = 10 * 1024;
 
+/// How a command run by [`Runtime::exec`] ended, and what it printed.
+#[derive(Debug)]
+pub struct ExecOutput {
+    pub code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl ExecOutput {
+    /// Its output and errors, one after the other, as a probe reports them.
+    pub fn text(&self, cap: usize) -> String {
+        let mut text = [self.stdout.as_slice(), &self.stderr].concat();
+        text.truncate(cap);
+        String::from_utf8_lossy(&text).into_owned()
+    }
+}
+
 /// Reads a pipe to its end, keeping at most `cap` bytes: a probe that
 /// prints without end must not grow the agent.
 async fn read_capped(pipe: Option<impl futures_lite::AsyncRead + Unpin>, cap: usize) -> Vec<u8> {
@@ -239,16 +256,17 @@ impl Runtime {
     }
 
     /// Runs `argv` in the running container `id` as its own process spec
-    /// says (user, environment, capabilities), for exec probes and hooks.
-    /// Returns its exit code and what it printed (at most `EXEC_OUTPUT`
-    /// bytes); after `timeout` the process is killed and `None` returned.
+    /// says (user, environment, capabilities), for exec probes, hooks and
+    /// the kubelet API's `/run`. Returns its exit code and what it printed
+    /// (at most `cap` bytes of each stream); after `timeout` the process is
+    /// killed and `None` returned.
     pub async fn exec(
         &self,
         id: &str,
         argv: &[String],
         pid_file: &Path,
-        timeout: std::time::Duration,
-    ) -> Result<Option<(i32, String)>, RuntimeError> {
+        (timeout, cap): (std::time::Duration, usize),
+    ) -> Result<Option<ExecOutput>, RuntimeError> {
         use futures_lite::FutureExt;
         let mut all = self.base_args();
         all.extend(["exec".into(), "--pid-file".into(), pid_file.into()]);
@@ -274,14 +292,9 @@ impl Runtime {
         let mut guard = ExecGuard::new(pid_file.to_owned());
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         let run = async {
-            let out = read_capped(stdout, EXEC_OUTPUT);
-            let err = read_capped(stderr, EXEC_OUTPUT);
-            let ((mut text, err), status) =
-                futures_lite::future::zip(futures_lite::future::zip(out, err), child.status())
-                    .await;
-            text.extend_from_slice(&err);
-            text.truncate(EXEC_OUTPUT);
-            (text, status)
+            let out = read_capped(stdout, cap);
+            let err = read_capped(stderr, cap);
+            futures_lite::future::zip(futures_lite::future::zip(out, err), child.status()).await
         };
         let finished = async { Some(run.await) }
             .or(async {
@@ -289,7 +302,7 @@ impl Runtime {
                 None
             })
             .await;
-        let Some((text, status)) = finished else {
+        let Some(((stdout, stderr), status)) = finished else {
             return Ok(None);
         };
         guard.disarm();
@@ -298,7 +311,11 @@ impl Runtime {
             Some(code) => code,
             None => 128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0),
         };
-        Ok(Some((code, String::from_utf8_lossy(&text).into_owned())))
+        Ok(Some(ExecOutput {
+            code,
+            stdout,
+            stderr,
+        }))
     }
 
     /// `runc --version`'s first version number, for nodeInfo.

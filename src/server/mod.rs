@@ -350,6 +350,12 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
         (&Method::GET | &Method::POST, ["attach", namespace, pod, uid, container]) => {
             remote_command::attach(ctx, req, (namespace, pod, Some(uid), container)).await
         }
+        (&Method::POST, ["run", namespace, pod, container]) => {
+            remote_command::run_command(ctx, req, (namespace, pod, None, container)).await
+        }
+        (&Method::POST, ["run", namespace, pod, uid, container]) => {
+            remote_command::run_command(ctx, req, (namespace, pod, Some(uid), container)).await
+        }
         (&Method::GET | &Method::POST, ["portForward", namespace, pod]) => {
             port_forward::port_forward(ctx, req, (namespace, pod, None)).await
         }

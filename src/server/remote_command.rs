@@ -194,6 +194,63 @@ pub async fn attach(
     response
 }
 
+/// What `/run` keeps of each of the command's streams: the answer is held
+/// whole, as upstream's ExecSync holds it (there up to 16 MiB).
+const RUN_OUTPUT: usize = 1 << 20;
+
+/// Upstream's `/run` (POST): the command in `cmd`, split on spaces as
+/// upstream splits it, run in the container to its end. The answer is its
+/// output then its errors, with upstream's (JSON) content type whatever
+/// they hold; a command that fails or exits non-zero answers 500, in the
+/// words of upstream's ExecSync.
+pub async fn run_command(
+    ctx: &Rc<Context>,
+    req: Request<Incoming>,
+    (namespace, pod, uid, container): (&str, &str, Option<&str>, &str),
+) -> Response<Body> {
+    let command: Vec<String> = super::query_pairs(&req)
+        .into_iter()
+        .find(|(k, _)| k == "cmd")
+        .map(|(_, v)| v.split(' ').map(str::to_owned).collect())
+        .unwrap_or_default();
+    if command.iter().all(|word| word.is_empty()) {
+        return text(StatusCode::BAD_REQUEST, "you must specify a command (cmd)");
+    }
+    let target = match find_target(ctx, namespace, pod, uid, container).await {
+        Ok(t) => t,
+        Err(refused) => return refused.response(),
+    };
+    let pid_file = ctx
+        .layout
+        .pod(&target.uid)
+        .join(format!("run-{}.pid", &crate::state::random_hex()[..12]));
+    // No time limit, as upstream: a client that gives up drops this
+    // future, which kills the command.
+    let limits = (Duration::MAX, RUN_OUTPUT);
+    match ctx
+        .runtime
+        .exec(&target.container_id, &command, &pid_file, limits)
+        .await
+    {
+        Ok(Some(ended)) if ended.code == 0 => super::full(
+            StatusCode::OK,
+            "application/json",
+            [ended.stdout, ended.stderr].concat(),
+        ),
+        Ok(Some(ended)) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!(
+                "command '{}' exited with {}: {}",
+                command.join(" "),
+                ended.code,
+                String::from_utf8_lossy(&ended.stderr)
+            ),
+        ),
+        Ok(None) => text(StatusCode::INTERNAL_SERVER_ERROR, "command timed out"),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
 /// Joins the client's stdin and resize channels to the container's input,
 /// which its monitor hands over. Without one, what the client sends is
 /// read and dropped. The returned guard is this attach's hold on the input:

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures_rustls::TlsConnector;
 use futures_rustls::rustls::{self, ClientConfig};
 use http::{Request, Response};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
@@ -84,7 +84,8 @@ async fn dial(
 pub async fn forward(
     tls: Arc<ClientConfig>,
     address: &str,
-    path_and_query: &str,
+    (method, path_and_query): (http::Method, &str),
+    body: bytes::Bytes,
 ) -> ApiResult<Response<crate::server::Body>> {
     let stream = dial(tls, address).await?;
     let (mut sender, connection) =
@@ -95,9 +96,11 @@ pub async fn forward(
         let _ = connection.await;
     })
     .detach();
-    let request = Request::get(path_and_query)
+    let request = Request::builder()
+        .method(method)
+        .uri(path_and_query)
         .header(http::header::HOST, address)
-        .body(Empty::<bytes::Bytes>::new())
+        .body(Full::new(body))
         .map_err(|e| unavailable(e.to_string()))?;
     let response = sender
         .send_request(request)

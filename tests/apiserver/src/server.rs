@@ -611,11 +611,13 @@ impl Server {
                     "/containerLogs/{}/{name}/{container}",
                     namespace.unwrap_or("")
                 );
-                self.to_kubelet(node_name, path, query, &["container"])
+                self.to_kubelet((node_name, method, path), query, &["container"], &[])
                     .await
             }
-            (&Method::GET, Some(name), Some("proxy")) => {
-                self.to_kubelet(name, format!("/{}", rest[3..].join("/")), query, &[])
+            // Every method, as upstream's node proxy.
+            (_, Some(name), Some("proxy")) => {
+                let path = format!("/{}", rest[3..].join("/"));
+                self.to_kubelet((name, method, path), query, &[], body)
                     .await
             }
             (&Method::GET, Some(name), None | Some("status")) => {
@@ -957,14 +959,14 @@ impl Server {
         .await
     }
 
-    /// Forwards a GET to a node's kubelet, passing on the query but for
+    /// Forwards a request to a node's kubelet, passing on the query but for
     /// the parameters the API server itself consumed.
     async fn to_kubelet(
         &self,
-        node_name: &str,
-        path: String,
+        (node_name, method, path): (&str, &Method, String),
         query: &Query,
         consumed: &[&str],
+        body: &[u8],
     ) -> ApiResult<Response<Body>> {
         let nodes = Resource::find("", "v1", "nodes").expect("nodes are always served");
         let node = self.api.get(nodes, None, node_name)?;
@@ -978,7 +980,8 @@ impl Server {
         crate::proxy::forward(
             self.kubelet_tls.clone(),
             &address,
-            &with_query(path, &params),
+            (method.clone(), &with_query(path, &params)),
+            bytes::Bytes::copy_from_slice(body),
         )
         .await
     }
