@@ -1197,6 +1197,19 @@ fn the_kubelet_api_authenticates_then_asks_the_api_server_who_may_do_what() {
             )
         );
     }
+    // `/run` is a POST: verb create.
+    let run = "/run/default/none/main?cmd=true";
+    let post = ["-X", "POST"];
+    assert_eq!(
+        kubelet_call(&port, run, &post),
+        (401, "Unauthorized".into())
+    );
+    let (code, body) = kubelet_call(&port, run, &[&post[..], &as_scraper].concat());
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains("verb=create, resource=nodes, subresource=proxy"),
+        "{body}"
+    );
 
     // What metrics-server is given: nodes/stats and nodes/metrics. Denials
     // are cached for the 1 s configured here.
