@@ -62,6 +62,7 @@ struct KubeletConfigurationDoc {
     healthz_port: Option<u16>,
     healthz_bind_address: Option<std::net::IpAddr>,
     read_only_port: Option<u16>,
+    enable_system_log_handler: Option<bool>,
     tls_cert_file: Option<PathBuf>,
     tls_private_key_file: Option<PathBuf>,
     authentication: Option<AuthenticationDoc>,
@@ -268,6 +269,9 @@ pub struct Config {
     /// `/stats/summary` and `/metrics[/resource]`, on `address` (0: none,
     /// the default, as upstream's configuration file has it).
     pub read_only_port: u16,
+    /// The kubelet API's `/logs/`: the node's /var/log (upstream's
+    /// enableSystemLogHandler, on by default).
+    pub enable_system_log_handler: bool,
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub client_ca_file: Option<PathBuf>,
@@ -571,6 +575,7 @@ impl Default for Config {
             healthz_port: 10248,
             healthz_bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
             read_only_port: 0,
+            enable_system_log_handler: true,
             tls_cert_file: None,
             tls_private_key_file: None,
             client_ca_file: None,
@@ -864,6 +869,9 @@ impl Config {
         if let Some(port) = kubelet.read_only_port {
             config.read_only_port = port;
         }
+        if let Some(enabled) = kubelet.enable_system_log_handler {
+            config.enable_system_log_handler = enabled;
+        }
         config.tls_cert_file = kubelet.tls_cert_file;
         config.tls_private_key_file = kubelet.tls_private_key_file;
         let authentication = kubelet.authentication.unwrap_or_default();
@@ -1127,7 +1135,7 @@ mod tests {
 
     #[test]
     fn both_documents() {
-        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /m\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\nclusterDNS: [10.96.0.10]\nclusterDomain: edge.local.\nhealthzPort: 0\nreadOnlyPort: 10255\n---\nkind: NanoletConfiguration\nstateDir: /s\nruntime: {name: crun}\ninsecureRegistries: [\"127.0.0.1:5000\"]\n";
+        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /m\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\nclusterDNS: [10.96.0.10]\nclusterDomain: edge.local.\nhealthzPort: 0\nreadOnlyPort: 10255\nenableSystemLogHandler: false\n---\nkind: NanoletConfiguration\nstateDir: /s\nruntime: {name: crun}\ninsecureRegistries: [\"127.0.0.1:5000\"]\n";
         let c = Config::parse(text, Path::new("c.yaml")).unwrap();
         assert_eq!(c.static_pod_path, Some(PathBuf::from("/m")));
         assert_eq!(c.container_log_max_size, 1 << 20);
@@ -1144,6 +1152,8 @@ mod tests {
         assert_eq!(c.healthz_port, 0);
         assert_eq!(c.read_only_port, 10255);
         assert_eq!(Config::default().read_only_port, 0);
+        assert!(!c.enable_system_log_handler);
+        assert!(Config::default().enable_system_log_handler);
         assert_eq!(Config::default().healthz_port, 10248);
     }
 

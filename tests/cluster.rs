@@ -1171,6 +1171,7 @@ fn the_kubelet_api_authenticates_then_asks_the_api_server_who_may_do_what() {
         ("/exec/default/none/main?command=true&output=1", "proxy"),
         ("/attach/default/none/main?output=1", "proxy"),
         ("/portForward/default/none", "proxy"),
+        ("/logs/", "log"),
     ];
 
     // Nobody, and a token the API server never issued: 401 everywhere.
@@ -1222,7 +1223,7 @@ fn the_kubelet_api_authenticates_then_asks_the_api_server_who_may_do_what() {
     std::thread::sleep(Duration::from_millis(1500));
     for (path, subresource) in paths {
         let (code, body) = kubelet_call(&port, path, &as_scraper);
-        let allowed = subresource != "proxy";
+        let allowed = matches!(subresource, "stats" | "metrics");
         assert_eq!(code, if allowed { 200 } else { 403 }, "{path}: {body}");
     }
     // An allowed answer is kept (5 min): asking again costs no review.
@@ -2443,4 +2444,59 @@ fn a_rotated_client_ca_is_trusted_without_a_restart() {
     // The API server's own certificate still gets through.
     let pods = api.kubectl_ok(&["get", "--raw", "/api/v1/nodes/edge-18/proxy/pods"], None);
     assert!(pods.contains("PodList"), "{pods}");
+}
+
+/// The node's own logs (`/logs/`, upstream's system log handler) through
+/// the API server's node proxy: listings, files, and nothing outside
+/// /var/log. The test's files live in a dir of its own there, removed after.
+#[test]
+fn node_logs_are_served_from_var_log_only() {
+    struct VarLogDir(std::path::PathBuf);
+    impl Drop for VarLogDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let name = format!("nanolet-test-{}", std::process::id());
+    let dir = VarLogDir(std::path::Path::new("/var/log").join(&name));
+    std::fs::create_dir_all(dir.0.join("rotated")).unwrap();
+    std::fs::write(dir.0.join("app one.log"), "line 1\nline 2\n").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", dir.0.join("out")).unwrap();
+
+    let registry = Registry::start();
+    let api = ApiServer::start();
+    let _agent = Agent::join(&registry, &api, "edge-22", &[]);
+    let raw = |path: &str| {
+        kubectl_env(
+            &api,
+            &[],
+            &[
+                "get",
+                "--raw",
+                &format!("/api/v1/nodes/edge-22/proxy/logs/{path}"),
+            ],
+            "",
+        )
+    };
+    let (code, top, err) = raw("");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        top.contains(&format!("<a href=\"{name}/\">{name}/</a>")),
+        "{top}"
+    );
+    let (code, listing, err) = raw(&format!("{name}/"));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        listing.contains("<a href=\"app%20one.log\">app one.log</a>\n<a href=\"out\">out</a>\n<a href=\"rotated/\">rotated/</a>"),
+        "{listing}"
+    );
+    let (code, file, err) = raw(&format!("{name}/app%20one.log"));
+    assert_eq!((code, file.as_str()), (0, "line 1\nline 2\n"), "{err}");
+    // Out of /var/log: by a symlink, or by climbing (which stops at its top).
+    let (code, _, err) = raw(&format!("{name}/out"));
+    assert_ne!(code, 0);
+    assert!(err.contains("NotFound") || err.contains("404"), "{err}");
+    let (code, climbed, err) = raw(&format!("{name}/../../../etc/"));
+    assert_ne!(code, 0, "{climbed}");
+    assert!(err.contains("NotFound") || err.contains("404"), "{err}");
 }

@@ -1,5 +1,5 @@
 //! The kubelet API on HTTPS (default :10250): `/healthz`, `/pods`,
-//! `/containerLogs` (as the API server calls it for `kubectl logs`),
+//! `/containerLogs` (as the API server calls it for `kubectl logs`), `/logs/`,
 //! `/metrics/resource` and `/stats/summary` (what metrics-server scrapes).
 //! Every request is authenticated and authorized first (see `auth`): 401
 //! or 403 with upstream's words otherwise.
@@ -7,6 +7,7 @@
 pub mod auth;
 mod client_ca;
 pub mod client_cert;
+mod node_logs;
 mod port_forward;
 mod remote_command;
 pub mod serving_cert;
@@ -259,12 +260,22 @@ fn query_pairs(req: &Request<Incoming>) -> Vec<(String, String)> {
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
+            (
+                percent_decode(k, Plus::Space),
+                percent_decode(v, Plus::Space),
+            )
         })
         .collect()
 }
 
-fn percent_decode(s: &str) -> String {
+/// What a `+` stands for: a space in a query, itself in a path.
+#[derive(Clone, Copy, PartialEq)]
+enum Plus {
+    Space,
+    Plus,
+}
+
+fn percent_decode(s: &str, plus: Plus) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -278,7 +289,7 @@ fn percent_decode(s: &str) -> String {
                 out.push(b);
                 i += 3;
             }
-            (b'+', _) => {
+            (b'+', _) if plus == Plus::Space => {
                 out.push(b' ');
                 i += 1;
             }
@@ -361,6 +372,10 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
         }
         (&Method::GET | &Method::POST, ["portForward", namespace, pod, uid]) => {
             port_forward::port_forward(ctx, req, (namespace, pod, Some(uid))).await
+        }
+        (&Method::GET, ["logs", ..]) if ctx.config.enable_system_log_handler => {
+            let path = percent_decode(&path, Plus::Plus);
+            node_logs::serve(node_logs::NODE_LOG_DIR.into(), &path).await
         }
         (&Method::GET, _) => text(StatusCode::NOT_FOUND, "404 page not found"),
         _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),

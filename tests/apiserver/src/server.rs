@@ -59,6 +59,8 @@ struct Call<'a> {
     content_type: &'a str,
     body: &'a [u8],
     user: &'a User,
+    /// The path ends with `/`, which a proxied path keeps.
+    trailing_slash: bool,
 }
 
 /// One request, as the tests count API traffic.
@@ -395,6 +397,7 @@ impl Server {
                 content_type: &content_type,
                 body: &body,
                 user: &requester,
+                trailing_slash: path.ends_with('/'),
             };
             let response = match self.route(&path, &call).await {
                 Ok(r) => r,
@@ -524,6 +527,7 @@ impl Server {
             content_type,
             body,
             user,
+            trailing_slash,
         } = *call;
         let namespaced_path = rest.len() >= 3
             && rest[0] == "namespaces"
@@ -616,7 +620,12 @@ impl Server {
             }
             // Every method, as upstream's node proxy.
             (_, Some(name), Some("proxy")) => {
-                let path = format!("/{}", rest[3..].join("/"));
+                let slash = if trailing_slash && rest.len() > 3 {
+                    "/"
+                } else {
+                    ""
+                };
+                let path = format!("/{}{slash}", rest[3..].join("/"));
                 self.to_kubelet((name, method, path), query, &[], body)
                     .await
             }
