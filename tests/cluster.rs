@@ -2461,6 +2461,8 @@ fn node_logs_are_served_from_var_log_only() {
     let dir = VarLogDir(std::path::Path::new("/var/log").join(&name));
     std::fs::create_dir_all(dir.0.join("rotated")).unwrap();
     std::fs::write(dir.0.join("app one.log"), "line 1\nline 2\n").unwrap();
+    let big = "0123456789abcdef\n".repeat(200_000);
+    std::fs::write(dir.0.join("rotated/big.log"), &big).unwrap();
     std::os::unix::fs::symlink("/etc/hostname", dir.0.join("out")).unwrap();
 
     let registry = Registry::start();
@@ -2492,6 +2494,9 @@ fn node_logs_are_served_from_var_log_only() {
     );
     let (code, file, err) = raw(&format!("{name}/app%20one.log"));
     assert_eq!((code, file.as_str()), (0, "line 1\nline 2\n"), "{err}");
+    let (code, file, err) = raw(&format!("{name}/rotated/big.log"));
+    assert_eq!(code, 0, "{err}");
+    assert!(file == big, "{} bytes of {}", file.len(), big.len());
     // Out of /var/log: by a symlink, or by climbing (which stops at its top).
     let (code, _, err) = raw(&format!("{name}/out"));
     assert_ne!(code, 0);
