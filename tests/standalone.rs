@@ -2812,7 +2812,9 @@ fn healthz_and_the_read_only_port_answer_on_plain_http() {
         &pod_yaml(
             "web",
             "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+            &format!(
+                "  - name: c\n    image: {image}\n    command: [sleep, '3600']\n    readinessProbe: {{exec: {{command: ['true']}}, periodSeconds: 1}}\n"
+            ),
         ),
     );
     agent.wait_running("web");
@@ -2838,6 +2840,15 @@ fn healthz_and_the_read_only_port_answer_on_plain_http() {
             r#"container_cpu_usage_seconds_total{container="c",namespace="default",pod="web"}"#
         ),
         "{resource}"
+    );
+    let probes = agent.wait_for("the readiness probe counted", T, |_| {
+        let p = get("/metrics/probes");
+        p.contains(r#"prober_probe_total{container="c",namespace="default",pod="web",pod_uid=""#)
+            .then_some(p)
+    });
+    assert!(
+        probes.contains(r#"probe_type="Readiness",result="successful"}"#),
+        "{probes}"
     );
     // Logs and exec are for authenticated users only, and nothing is written.
     assert!(get("/containerLogs/default/web/c").ends_with(" 404"));

@@ -245,6 +245,7 @@ impl Worker {
                 if let Some(events) = &self.ctx.events {
                     events.forget(&self.pod.uid);
                 }
+                crate::stats::own::forget_probes(&self.pod.uid);
                 return;
             }
             // A pod deleted while it pulls a large image over a slow link
@@ -1489,6 +1490,12 @@ impl Worker {
 
     async fn on_probe(&mut self, i: usize, kind: ProbeKind, outcome: Outcome) {
         let name = self.pod.container(i).name.clone();
+        crate::stats::own::probe_ran(
+            [&self.pod.namespace, &self.pod.name, &self.pod.uid],
+            &name,
+            kind.name(),
+            outcome == Outcome::Success,
+        );
         if let Outcome::Failure(message) = &outcome {
             log::debug!(
                 "pod {}: {name}: {} probe failed: {message}",

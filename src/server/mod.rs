@@ -206,7 +206,7 @@ pub fn bind_read_only(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, Serv
                     | ["pods"]
                     | ["stats", "summary"]
                     | ["metrics"]
-                    | ["metrics", "resource"]
+                    | ["metrics", "resource" | "probes"]
             );
             match *req.method() {
                 Method::GET if reading => handle(&ctx, req).await,
@@ -334,6 +334,11 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
         (&Method::GET, ["healthz"]) => text(StatusCode::OK, "ok"),
         (&Method::GET, ["pods"]) => pods(ctx).await,
         (&Method::GET, ["metrics", "resource"]) => resource_metrics(ctx).await,
+        (&Method::GET, ["metrics", "probes"]) => full(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::stats::own::render_probes(),
+        ),
         (&Method::GET, ["metrics"]) => full(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",

@@ -66,6 +66,9 @@ static GC_RUNS: AtomicU64 = AtomicU64::new(0);
 static GC_DELETED: AtomicU64 = AtomicU64::new(0);
 /// Evictions by signal, in `Signal::ALL`'s order.
 static EVICTIONS: [AtomicU64; Signal::ALL.len()] = [const { AtomicU64::new(0) }; Signal::ALL.len()];
+/// Probe runs by (namespace, pod, pod uid, container, probe type, result),
+/// for `/metrics/probes`; a pod's go when its worker ends, as upstream's.
+static PROBES: Mutex<BTreeMap<[String; 6], u64>> = Mutex::new(BTreeMap::new());
 /// Requests to the API server by (method, status code or `<error>`).
 static API_REQUESTS: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::new());
 
@@ -102,6 +105,39 @@ pub fn evicted(signal: Signal) {
     if let Some(i) = Signal::ALL.iter().position(|s| *s == signal) {
         EVICTIONS[i].fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// A probe of `container` in pod (namespace, name, uid) ran.
+pub fn probe_ran(pod: [&str; 3], container: &str, probe_type: &str, success: bool) {
+    let result = if success { "successful" } else { "failed" };
+    let [namespace, name, uid] = pod;
+    let key = [namespace, name, uid, container, probe_type, result].map(str::to_owned);
+    if let Ok(mut probes) = PROBES.lock() {
+        *probes.entry(key).or_default() += 1;
+    }
+}
+
+/// The pod `uid` is gone: its probe series too.
+pub fn forget_probes(uid: &str) {
+    if let Ok(mut probes) = PROBES.lock() {
+        probes.retain(|key, _| key[2] != uid);
+    }
+}
+
+/// The text of `/metrics/probes`, in upstream's names and labels.
+pub fn render_probes() -> String {
+    let mut out = String::from(
+        "# HELP prober_probe_total [BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.\n# TYPE prober_probe_total counter\n",
+    );
+    if let Ok(probes) = PROBES.lock() {
+        for ([namespace, pod, uid, container, probe_type, result], n) in probes.iter() {
+            let _ = writeln!(
+                out,
+                "prober_probe_total{{container=\"{container}\",namespace=\"{namespace}\",pod=\"{pod}\",pod_uid=\"{uid}\",probe_type=\"{probe_type}\",result=\"{result}\"}} {n}"
+            );
+        }
+    }
+    out
 }
 
 /// The text of `/metrics`.
@@ -185,6 +221,24 @@ mod tests {
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    }
+
+    #[test]
+    fn probe_series_count_by_result_and_go_with_their_pod() {
+        let pod = ["default", "web", "uid-probes-test"];
+        probe_ran(pod, "c", "Readiness", true);
+        probe_ran(pod, "c", "Readiness", true);
+        probe_ran(pod, "c", "Liveness", false);
+        let text = render_probes();
+        let series = |probe_type: &str, result: &str| {
+            format!(
+                "prober_probe_total{{container=\"c\",namespace=\"default\",pod=\"web\",pod_uid=\"uid-probes-test\",probe_type=\"{probe_type}\",result=\"{result}\"}}"
+            )
+        };
+        assert_eq!(value(&text, &series("Readiness", "successful")), 2.0);
+        assert_eq!(value(&text, &series("Liveness", "failed")), 1.0);
+        forget_probes("uid-probes-test");
+        assert!(!render_probes().contains("uid-probes-test"));
     }
 
     #[test]
