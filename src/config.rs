@@ -266,8 +266,9 @@ pub struct Config {
     pub healthz_port: u16,
     pub healthz_bind_address: std::net::IpAddr,
     /// Upstream's unauthenticated plain-HTTP port for `/healthz`, `/pods`,
-    /// `/stats/summary` and `/metrics[/resource,/probes]`, on `address` (0: none,
-    /// the default, as upstream's configuration file has it).
+    /// `/stats/summary` and `/metrics` (and its `resource`, `probes` and
+    /// `cadvisor`), on `address` (0: none, the default, as upstream's
+    /// configuration file has it).
     pub read_only_port: u16,
     /// The kubelet API's `/logs/`: the node's /var/log (upstream's
     /// enableSystemLogHandler, on by default).

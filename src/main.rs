@@ -34,7 +34,8 @@ Flags of `run` (override the config file):
   --node-labels K=V,...      labels set at registration
   --address IP --port N      the kubelet API's address (0.0.0.0) and port (10250)
   --read-only-port N         unauthenticated plain HTTP on --address for /healthz,
-                             /pods, /stats/summary, /metrics[/resource,/probes] (0: off)
+                             /pods, /stats/summary and /metrics (also /resource,
+                             /probes, /cadvisor) (0: off)
   --client-ca-file FILE      CA of client certificates the kubelet API accepts
   --anonymous-auth BOOL      kubelet API requests without credentials are
                              system:anonymous (false)

@@ -2841,6 +2841,18 @@ fn healthz_and_the_read_only_port_answer_on_plain_http() {
         ),
         "{resource}"
     );
+    // cAdvisor's series: the node, the pod's cgroup and its container's.
+    let cadvisor = get("/metrics/cadvisor");
+    let id = agent.container_id("web", "c");
+    for series in [
+        r#"container_cpu_usage_seconds_total{container="",cpu="total",id="/",image="",name="",namespace="",pod=""} "#.to_owned(),
+        format!(r#"container_memory_working_set_bytes{{container="c",id="{}/"#, agent.cgroup_root.trim_end_matches('/')),
+        format!(r#"/{id}",image="{image}",name="{id}",namespace="default",pod="web"}} "#),
+        r#"container_memory_rss{container="",id=""#.to_owned(),
+        "machine_cpu_cores ".to_owned(),
+    ] {
+        assert!(cadvisor.contains(&series), "{series} in {cadvisor}");
+    }
     let probes = agent.wait_for("the readiness probe counted", T, |_| {
         let p = get("/metrics/probes");
         p.contains(r#"prober_probe_total{container="c",namespace="default",pod="web",pod_uid=""#)

@@ -65,16 +65,11 @@ impl NodeFacts {
             os_image,
             runtime_version,
             architecture: ctx.images.architecture().to_owned(),
-            cpus: online_cpus(),
+            cpus: crate::cgroup::cpu_capacity(),
             memory: ctx.memory_capacity,
             internal_ip: ctx.host_ip,
         }
     }
-}
-
-fn online_cpus() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64
 }
 
 /// The IPv4 address of the interface the default route leaves by, as the
@@ -134,7 +129,7 @@ pub fn allocatable(ctx: &Context) -> (u64, u64) {
     let config = &ctx.config;
     let reserved = |name: &str| reserved(config, name);
     let memory = ctx.memory_capacity;
-    let cpu = (online_cpus() as i64 * 1000 - reserved("cpu")).max(0) as u64;
+    let cpu = (crate::cgroup::cpu_capacity() as i64 * 1000 - reserved("cpu")).max(0) as u64;
     let memory = (memory as i64
         - reserved("memory")
         - threshold(ctx, Signal::MemoryAvailable, memory).unwrap_or(0) as i64)
@@ -152,7 +147,7 @@ pub fn pods_cgroup_limits(ctx: &Context) -> crate::cgroup::Limits {
     let config = &ctx.config;
     let enforce = config.enforce_pods_allocatable;
     let reserved = |name: &str| if enforce { reserved(config, name) } else { 0 };
-    let cpu_milli = (online_cpus() as i64 * 1000 - reserved("cpu")).max(0) as u64;
+    let cpu_milli = (crate::cgroup::cpu_capacity() as i64 * 1000 - reserved("cpu")).max(0) as u64;
     let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .ok()
         .and_then(|t| t.trim().parse::<i64>().ok());

@@ -275,6 +275,12 @@ fn remove_tree(dir: &Path) -> Result<(), CgroupError> {
     }
 }
 
+/// The node's online CPUs.
+pub fn cpu_capacity() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64
+}
+
 /// Total memory of the node, for Burstable oom_score_adj.
 pub fn memory_capacity() -> u64 {
     fs::read_to_string("/proc/meminfo")

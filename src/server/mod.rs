@@ -206,7 +206,7 @@ pub fn bind_read_only(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, Serv
                     | ["pods"]
                     | ["stats", "summary"]
                     | ["metrics"]
-                    | ["metrics", "resource" | "probes"]
+                    | ["metrics", "resource" | "probes" | "cadvisor"]
             );
             match *req.method() {
                 Method::GET if reading => handle(&ctx, req).await,
@@ -334,6 +334,7 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
         (&Method::GET, ["healthz"]) => text(StatusCode::OK, "ok"),
         (&Method::GET, ["pods"]) => pods(ctx).await,
         (&Method::GET, ["metrics", "resource"]) => resource_metrics(ctx).await,
+        (&Method::GET, ["metrics", "cadvisor"]) => cadvisor_metrics(ctx).await,
         (&Method::GET, ["metrics", "probes"]) => full(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -437,6 +438,24 @@ async fn resource_metrics(ctx: &Context) -> Response<Body> {
     let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
     let text = crate::helpers::unblock(move || {
         crate::stats::resource_metrics(&crate::stats::collect(&layout, &cgroups))
+    })
+    .await;
+    full(
+        StatusCode::OK,
+        "text/plain; version=0.0.4; charset=utf-8",
+        text,
+    )
+}
+
+/// `/metrics/cadvisor`: read from the files now, off the loop.
+async fn cadvisor_metrics(ctx: &Context) -> Response<Body> {
+    let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
+    let text = crate::helpers::unblock(move || {
+        let machine = (
+            crate::cgroup::cpu_capacity(),
+            crate::cgroup::memory_capacity(),
+        );
+        crate::stats::cadvisor::metrics(&crate::stats::collect(&layout, &cgroups), machine)
     })
     .await;
     full(

@@ -12,6 +12,7 @@ use crate::cgroup::usage::{self, Usage};
 use crate::pod::QosClass;
 use crate::state::Layout;
 
+pub mod cadvisor;
 pub mod disk;
 pub mod fs;
 pub mod own;
@@ -22,6 +23,9 @@ pub struct ContainerStats {
     pub name: String,
     /// The runtime's container ID.
     pub id: String,
+    pub image: String,
+    /// Its cgroup, from the cgroup root: cAdvisor's `id`.
+    pub cgroup: String,
     pub started: Option<Timestamp>,
     pub usage: Usage,
 }
@@ -32,6 +36,7 @@ pub struct PodStats {
     pub name: String,
     pub uid: String,
     pub started: Option<Timestamp>,
+    pub cgroup: String,
     /// The pod cgroup's usage: its containers and what the pod runs besides.
     pub usage: Option<Usage>,
     pub containers: Vec<ContainerStats>,
@@ -77,6 +82,8 @@ pub fn collect(layout: &Layout, cgroups: &Hierarchy) -> Snapshot {
                 containers.push(ContainerStats {
                     name: c.name.clone(),
                     id: id.to_owned(),
+                    image: c.image.clone(),
+                    cgroup: path,
                     started: running.started_at.as_ref().map(|t| t.0),
                     usage,
                 });
@@ -85,8 +92,10 @@ pub fn collect(layout: &Layout, cgroups: &Hierarchy) -> Snapshot {
         if containers.is_empty() {
             continue;
         }
+        let cgroup = cgroups.pod_path(qos, &record.uid);
         pods.push(PodStats {
-            usage: usage::read(cgroups.version, &cgroups.pod_path(qos, &record.uid)),
+            usage: usage::read(cgroups.version, &cgroup),
+            cgroup,
             started: status.start_time.as_ref().map(|t| t.0),
             namespace: record.namespace,
             name: record.name,
@@ -102,14 +111,14 @@ pub fn collect(layout: &Layout, cgroups: &Hierarchy) -> Snapshot {
 }
 
 /// Label values as the text format wants them.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
-fn seconds(ns: u64) -> f64 {
+pub(crate) fn seconds(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
@@ -215,36 +224,45 @@ pub fn resource_metrics(s: &Snapshot) -> String {
     out
 }
 
+/// A snapshot of one pod with one container, every usage the same.
+#[cfg(test)]
+pub(crate) fn sample() -> Snapshot {
+    let usage = Usage {
+        cpu_ns: 1_500_000_000,
+        memory_bytes: 4096,
+        working_set_bytes: 2048,
+        rss_bytes: 1024,
+        processes: Some(1),
+    };
+    Snapshot {
+        at: Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
+        node: Some(usage),
+        pods: vec![PodStats {
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: "u".into(),
+            started: None,
+            cgroup: "/kubepods/besteffort/podu".into(),
+            usage: Some(usage),
+            containers: vec![ContainerStats {
+                name: "main".into(),
+                id: "c".into(),
+                image: "busybox:1".into(),
+                cgroup: "/kubepods/besteffort/podu/c".into(),
+                started: Some(Timestamp::from_second(1_699_999_000).unwrap()),
+                usage,
+            }],
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn resource_metrics_text() {
-        let usage = Usage {
-            cpu_ns: 1_500_000_000,
-            memory_bytes: 4096,
-            working_set_bytes: 2048,
-            rss_bytes: 1024,
-            processes: Some(1),
-        };
-        let snapshot = Snapshot {
-            at: Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
-            node: Some(usage),
-            pods: vec![PodStats {
-                namespace: "default".into(),
-                name: "web".into(),
-                uid: "u".into(),
-                started: None,
-                usage: Some(usage),
-                containers: vec![ContainerStats {
-                    name: "main".into(),
-                    id: "c".into(),
-                    started: Some(Timestamp::from_second(1_699_999_000).unwrap()),
-                    usage,
-                }],
-            }],
-        };
+        let snapshot = sample();
         let text = resource_metrics(&snapshot);
         for line in [
             "# TYPE container_cpu_usage_seconds_total counter",
