@@ -1013,6 +1013,29 @@ fn resource_metrics_show_a_busy_pod_busy_and_an_idle_one_idle() {
     )
     .unwrap();
     assert!(pod_cpu >= busy_cpu, "pod {pod_cpu} < container {busy_cpu}");
+    // cAdvisor's series of the same container, with an image and a cgroup.
+    let cadvisor = api.kubectl_ok(
+        &[
+            "get",
+            "--raw",
+            "/api/v1/nodes/edge-6/proxy/metrics/cadvisor",
+        ],
+        None,
+    );
+    let busy_line = cadvisor
+        .lines()
+        .find(|l| {
+            l.starts_with("container_cpu_usage_seconds_total{container=\"main\"")
+                && l.contains("pod=\"busy\"")
+        })
+        .unwrap_or_else(|| panic!("no busy container in\n{cadvisor}"));
+    assert!(busy_line.contains(",image=\"127.0.0.1:"), "{busy_line}");
+    let cadvisor_cpu: f64 = busy_line
+        .split(' ')
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{busy_line}"));
+    assert!(cadvisor_cpu >= busy_cpu, "{busy_line}: below {busy_cpu}");
 
     // The Summary API: a first request primes the CPU rates, the second
     // reports them over the two seconds between.

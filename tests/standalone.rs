@@ -2850,6 +2850,7 @@ fn healthz_and_the_read_only_port_answer_on_plain_http() {
         format!(r#"/{id}",image="{image}",name="{id}",namespace="default",pod="web"}} "#),
         r#"container_memory_rss{container="",id=""#.to_owned(),
         "machine_cpu_cores ".to_owned(),
+        "# TYPE container_network_receive_bytes_total counter".to_owned(),
     ] {
         assert!(cadvisor.contains(&series), "{series} in {cadvisor}");
     }

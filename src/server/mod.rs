@@ -451,11 +451,20 @@ async fn resource_metrics(ctx: &Context) -> Response<Body> {
 async fn cadvisor_metrics(ctx: &Context) -> Response<Body> {
     let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
     let text = crate::helpers::unblock(move || {
-        let machine = (
-            crate::cgroup::cpu_capacity(),
-            crate::cgroup::memory_capacity(),
-        );
-        crate::stats::cadvisor::metrics(&crate::stats::collect(&layout, &cgroups), machine)
+        use crate::stats::{cadvisor, net};
+        let snapshot = crate::stats::collect(&layout, &cgroups);
+        let runtime_root = layout.runtime_root();
+        let extras = cadvisor::Extras {
+            cpus: crate::cgroup::cpu_capacity(),
+            memory_bytes: crate::cgroup::memory_capacity(),
+            node_network: net::node_interfaces().unwrap_or_default(),
+            pod_networks: snapshot
+                .pods
+                .iter()
+                .filter_map(|p| Some((p.uid.clone(), net::pod_interfaces(&runtime_root, p)?)))
+                .collect(),
+        };
+        cadvisor::metrics(&snapshot, &extras)
     })
     .await;
     full(

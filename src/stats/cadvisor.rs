@@ -6,11 +6,15 @@
 
 use std::fmt::Write;
 
+use std::collections::HashMap;
+
+use super::net::Interface;
 use super::{ContainerStats, PodStats, Snapshot, escape, seconds};
 use crate::cgroup::usage::Usage;
 
 /// cAdvisor's labels of a cgroup: container, id (the cgroup's path), image,
 /// name (the runtime's container ID), namespace and pod.
+#[derive(Clone, Copy)]
 struct Labels<'a> {
     container: &'a str,
     id: &'a str,
@@ -56,8 +60,49 @@ impl<'a> Labels<'a> {
     }
 }
 
-/// The text, given the node's CPUs and memory.
-pub fn metrics(s: &Snapshot, (cpus, memory_bytes): (u64, u64)) -> String {
+/// What the text is made of besides the usage: the node's CPUs and memory,
+/// and the interfaces of the node and of each pod (by uid).
+pub struct Extras {
+    pub cpus: u64,
+    pub memory_bytes: u64,
+    pub node_network: Vec<Interface>,
+    pub pod_networks: HashMap<String, Vec<Interface>>,
+}
+
+/// The network series: cAdvisor's names, what each counts, and its value.
+const NETWORK: [(&str, &str, fn(&Interface) -> u64); 8] = [
+    ("receive_bytes_total", "bytes received", |i| i.rx_bytes),
+    ("receive_packets_total", "packets received", |i| {
+        i.rx_packets
+    }),
+    (
+        "receive_errors_total",
+        "errors encountered while receiving",
+        |i| i.rx_errors,
+    ),
+    (
+        "receive_packets_dropped_total",
+        "packets dropped while receiving",
+        |i| i.rx_dropped,
+    ),
+    ("transmit_bytes_total", "bytes transmitted", |i| i.tx_bytes),
+    ("transmit_packets_total", "packets transmitted", |i| {
+        i.tx_packets
+    }),
+    (
+        "transmit_errors_total",
+        "errors encountered while transmitting",
+        |i| i.tx_errors,
+    ),
+    (
+        "transmit_packets_dropped_total",
+        "packets dropped while transmitting",
+        |i| i.tx_dropped,
+    ),
+];
+
+/// The text.
+pub fn metrics(s: &Snapshot, extras: &Extras) -> String {
     let ts = s.at.as_millisecond();
     let root = Labels {
         container: "",
@@ -145,15 +190,33 @@ pub fn metrics(s: &Snapshot, (cpus, memory_bytes): (u64, u64)) -> String {
             }
         }
     }
+    // Interfaces belong to the pod's cgroup (its network namespace).
+    let mut networks: Vec<(Labels, &Vec<Interface>)> = vec![(root, &extras.node_network)];
+    for p in &s.pods {
+        if let Some(interfaces) = extras.pod_networks.get(&p.uid) {
+            networks.push((Labels::pod(p), interfaces));
+        }
+    }
+    for (series, what, value) in NETWORK {
+        let name = format!("container_network_{series}");
+        let _ = writeln!(out, "# HELP {name} Cumulative count of {what}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for (labels, interfaces) in &networks {
+            for i in interfaces.iter() {
+                let labels = labels.render(&format!("interface=\"{}\",", escape(&i.name)));
+                let _ = writeln!(out, "{name}{labels} {} {ts}", value(i));
+            }
+        }
+    }
     let _ = writeln!(out, "# HELP machine_cpu_cores Number of logical CPU cores.");
     let _ = writeln!(out, "# TYPE machine_cpu_cores gauge");
-    let _ = writeln!(out, "machine_cpu_cores {cpus}");
+    let _ = writeln!(out, "machine_cpu_cores {}", extras.cpus);
     let _ = writeln!(
         out,
         "# HELP machine_memory_bytes Amount of memory installed on the machine."
     );
     let _ = writeln!(out, "# TYPE machine_memory_bytes gauge");
-    let _ = writeln!(out, "machine_memory_bytes {memory_bytes}");
+    let _ = writeln!(out, "machine_memory_bytes {}", extras.memory_bytes);
     out
 }
 
@@ -163,7 +226,14 @@ mod tests {
 
     #[test]
     fn node_pod_and_container_series_with_cadvisors_labels() {
-        let text = metrics(&super::super::sample(), (4, 1 << 30));
+        let eth0 = super::super::net::interfaces(super::super::net::NET_DEV);
+        let extras = Extras {
+            cpus: 4,
+            memory_bytes: 1 << 30,
+            node_network: eth0.clone(),
+            pod_networks: HashMap::from([("u".to_owned(), eth0)]),
+        };
+        let text = metrics(&super::super::sample(), &extras);
         for line in [
             "# TYPE container_cpu_usage_seconds_total counter",
             r#"container_cpu_usage_seconds_total{container="",cpu="total",id="/",image="",name="",namespace="",pod=""} 1.5 1700000000123"#,
@@ -174,6 +244,9 @@ mod tests {
             r#"container_memory_rss{container="",id="/kubepods/besteffort/podu",image="",name="",namespace="default",pod="web"} 1024 1700000000123"#,
             r#"container_processes{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 1 1700000000123"#,
             r#"container_start_time_seconds{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 1699999000 1700000000123"#,
+            r#"container_network_receive_bytes_total{container="",interface="eth0",id="/",image="",name="",namespace="",pod=""} 5000 1700000000123"#,
+            r#"container_network_transmit_packets_dropped_total{container="",interface="eth0",id="/kubepods/besteffort/podu",image="",name="",namespace="default",pod="web"} 4 1700000000123"#,
+            "# HELP container_network_receive_errors_total Cumulative count of errors encountered while receiving",
             "machine_cpu_cores 4",
             "machine_memory_bytes 1073741824",
         ] {

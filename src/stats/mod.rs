@@ -15,6 +15,7 @@ use crate::state::Layout;
 pub mod cadvisor;
 pub mod disk;
 pub mod fs;
+pub mod net;
 pub mod own;
 pub mod summary;
 

@@ -88,27 +88,13 @@ fn memory(at: &str, usage: &Usage, available: Option<u64>) -> Value {
     v
 }
 
-/// Interfaces from a `/proc/<pid>/net/dev`, loopback left out as upstream.
-fn interfaces(net_dev: &str) -> Vec<Value> {
-    net_dev
-        .lines()
-        .skip(2)
-        .filter_map(|line| {
-            let (name, counters) = line.split_once(':')?;
-            let name = name.trim();
-            let c: Vec<u64> = counters
-                .split_whitespace()
-                .filter_map(|f| f.parse().ok())
-                .collect();
-            (name != "lo" && c.len() >= 11).then(|| {
-                json!({"name": name, "rxBytes": c[0], "rxErrors": c[2], "txBytes": c[8], "txErrors": c[10]})
-            })
+fn network(at: &str, interfaces: Option<Vec<super::net::Interface>>) -> Option<Value> {
+    let interfaces: Vec<Value> = interfaces?
+        .iter()
+        .map(|i| {
+            json!({"name": i.name, "rxBytes": i.rx_bytes, "rxErrors": i.rx_errors, "txBytes": i.tx_bytes, "txErrors": i.tx_errors})
         })
-        .collect()
-}
-
-fn network(at: &str, net_dev: Option<String>) -> Option<Value> {
-    let interfaces = interfaces(&net_dev?);
+        .collect();
     let first = interfaces.first()?.clone();
     let mut v = json!({"time": at, "interfaces": interfaces});
     for key in ["name", "rxBytes", "rxErrors", "txBytes", "txErrors"] {
@@ -139,11 +125,6 @@ fn tree(at: &str, m: &Measured) -> Option<Value> {
 }
 
 /// The init process of a container, from the runtime's state file.
-fn init_pid(runtime_root: &Path, id: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(runtime_root.join(id).join("state.json")).ok()?;
-    serde_json::from_str::<Value>(&text).ok()?["init_process_pid"].as_u64()
-}
-
 fn image_bytes(images_dir: &Path) -> u64 {
     crate::image::store::read_records(images_dir)
         .map(|r| r.values().map(|i| i.size).sum())
@@ -171,7 +152,7 @@ pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo, with_disk:
         "startTime": boot_time().map(time),
         "fs": fs(&at, &node.state_dir, None),
         "runtime": {"imageFs": fs(&at, &node.images_dir, Some(image_bytes(&node.images_dir)))},
-        "network": network(&at, std::fs::read_to_string("/proc/net/dev").ok()),
+        "network": network(&at, super::net::node_interfaces()),
     });
     if let Some(usage) = &now.node {
         let available = crate::cgroup::memory_capacity().saturating_sub(usage.working_set_bytes);
@@ -234,16 +215,11 @@ pub fn summary(layout: &Layout, cgroups: &Hierarchy, node: &NodeInfo, with_disk:
                     Some(v)
                 })
                 .collect();
-            let net_dev = p
-                .containers
-                .iter()
-                .find_map(|c| init_pid(&node.runtime_root, &c.id))
-                .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/net/dev")).ok());
             let mut v = json!({
                 "podRef": {"name": p.name, "namespace": p.namespace, "uid": p.uid},
                 "startTime": p.started.map(time),
                 "containers": containers,
-                "network": network(&at, net_dev),
+                "network": network(&at, super::net::pod_interfaces(&node.runtime_root, p)),
                 "volume": volume_stats,
             });
             if let Some(disk) = &disk {
@@ -295,8 +271,11 @@ mod tests {
 
     #[test]
     fn network_interfaces_from_net_dev() {
-        let text = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  eth0:    5000      40    1    0    0     0          0         0     3000      30    2    0    0     0       0          0\n";
-        let v = network("t", Some(text.into())).unwrap();
+        let v = network(
+            "t",
+            Some(super::super::net::interfaces(super::super::net::NET_DEV)),
+        )
+        .unwrap();
         assert_eq!(v["name"], "eth0");
         assert_eq!(v["rxBytes"], 5000);
         assert_eq!(v["rxErrors"], 1);
