@@ -69,8 +69,10 @@ pub struct Extras {
     pub pod_networks: HashMap<String, Vec<Interface>>,
 }
 
-/// The network series: cAdvisor's names, what each counts, and its value.
-const NETWORK: [(&str, &str, fn(&Interface) -> u64); 8] = [
+/// A network series: cAdvisor's name, what it counts, and its value.
+type NetworkSeries = (&'static str, &'static str, fn(&Interface) -> u64);
+
+const NETWORK: [NetworkSeries; 8] = [
     ("receive_bytes_total", "bytes received", |i| i.rx_bytes),
     ("receive_packets_total", "packets received", |i| {
         i.rx_packets
