@@ -2,7 +2,9 @@
 //! `/containerLogs` (as the API server calls it for `kubectl logs`), `/logs/`,
 //! `/metrics/resource` and `/stats/summary` (what metrics-server scrapes).
 //! Every request is authenticated and authorized first (see `auth`): 401
-//! or 403 with upstream's words otherwise.
+//! or 403 with upstream's words otherwise. The read-only port (plain HTTP,
+//! off unless configured) serves the reading endpoints to anyone, as
+//! upstream's does.
 
 pub mod auth;
 mod client_ca;
