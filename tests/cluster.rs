@@ -1036,6 +1036,16 @@ fn resource_metrics_show_a_busy_pod_busy_and_an_idle_one_idle() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{busy_line}"));
     assert!(cadvisor_cpu >= busy_cpu, "{busy_line}: below {busy_cpu}");
+    // Its half-core limit holds the busy loop back.
+    let throttled = cadvisor
+        .lines()
+        .find(|l| {
+            l.starts_with("container_cpu_cfs_throttled_periods_total{container=\"main\"")
+                && l.contains("pod=\"busy\"")
+        })
+        .and_then(|l| l.split(' ').nth(1)?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no throttling of the busy container in\n{cadvisor}"));
+    assert!(throttled > 0.0, "{cadvisor}");
 
     // The Summary API: a first request primes the CPU rates, the second
     // reports them over the two seconds between.

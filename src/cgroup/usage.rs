@@ -1,6 +1,6 @@
 //! CPU and memory usage of a cgroup, read from its files when asked (no
 //! sampling): cgroup v2's `cpu.stat` and `memory.{current,stat}`, or v1's
-//! `cpuacct.usage` and `memory.{usage_in_bytes,stat}`. The working set is
+//! `cpuacct.usage`, `cpu.stat` and `memory.{usage_in_bytes,stat}`. The working set is
 //! usage minus inactive file pages, as cAdvisor and the kubelet count it.
 
 use std::collections::HashMap;
@@ -19,6 +19,30 @@ pub struct Usage {
     pub rss_bytes: u64,
     /// Tasks in the cgroup, from the pids controller.
     pub processes: Option<u64>,
+    /// Page cache charged to the cgroup.
+    pub cache_bytes: u64,
+    /// CFS bandwidth control, where the cgroup has a quota.
+    pub throttling: Option<Throttling>,
+}
+
+/// How a CPU quota held a cgroup back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Throttling {
+    /// Enforcement periods that have elapsed.
+    pub periods: u64,
+    /// Periods in which the cgroup ran out of quota.
+    pub throttled_periods: u64,
+    pub throttled_ns: u64,
+}
+
+/// Throttling from a `cpu.stat`, none where no period has elapsed (no quota).
+fn throttling(cpu_stat: &HashMap<String, u64>, throttled_ns: Option<u64>) -> Option<Throttling> {
+    let periods = cpu_stat.get("nr_periods").copied().filter(|n| *n > 0)?;
+    Some(Throttling {
+        periods,
+        throttled_periods: cpu_stat.get("nr_throttled").copied().unwrap_or(0),
+        throttled_ns: throttled_ns.unwrap_or(0),
+    })
 }
 
 /// `key value` lines, as `cpu.stat` and `memory.stat` are.
@@ -54,6 +78,8 @@ pub fn read(version: Version, cgroup_path: &str) -> Option<Usage> {
             let stat = read_pairs(&dir.join("memory.stat")).unwrap_or_default();
             Some(Usage {
                 processes: read_u64(&dir.join("pids.current")),
+                cache_bytes: stat.get("file").copied().unwrap_or(0),
+                throttling: throttling(&cpu, cpu.get("throttled_usec").map(|us| us * 1000)),
                 ..usage(
                     cpu.get("usage_usec").copied().unwrap_or(0) * 1000,
                     memory,
@@ -68,8 +94,12 @@ pub fn read(version: Version, cgroup_path: &str) -> Option<Usage> {
             let memory = read_u64(&memory_dir.join("memory.usage_in_bytes"))?;
             let stat = read_pairs(&memory_dir.join("memory.stat")).unwrap_or_default();
             let get = |k: &str| stat.get(k).copied().unwrap_or(0);
+            let cpu_stat =
+                read_pairs(&v1_dir("cpu", relative).join("cpu.stat")).unwrap_or_default();
             Some(Usage {
                 processes: read_u64(&v1_dir("pids", relative).join("pids.current")),
+                cache_bytes: get("total_cache"),
+                throttling: throttling(&cpu_stat, cpu_stat.get("throttled_time").copied()),
                 ..usage(
                     cpu,
                     memory,
@@ -88,6 +118,8 @@ fn usage(cpu_ns: u64, memory_bytes: u64, inactive_file: u64, rss_bytes: u64) -> 
         working_set_bytes: memory_bytes.saturating_sub(inactive_file),
         rss_bytes,
         processes: None,
+        cache_bytes: 0,
+        throttling: None,
     }
 }
 
@@ -148,6 +180,29 @@ fn node_from(stat: &str, meminfo: &str, ticks: u64) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn throttling_only_where_periods_elapsed() {
+        let stat = |pairs: &[(&str, u64)]| -> HashMap<String, u64> {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        let v2 = stat(&[
+            ("usage_usec", 9),
+            ("nr_periods", 40),
+            ("nr_throttled", 3),
+            ("throttled_usec", 1500),
+        ]);
+        assert_eq!(
+            throttling(&v2, v2.get("throttled_usec").map(|us| us * 1000)),
+            Some(Throttling {
+                periods: 40,
+                throttled_periods: 3,
+                throttled_ns: 1_500_000
+            })
+        );
+        let no_quota = stat(&[("nr_periods", 0), ("nr_throttled", 0)]);
+        assert_eq!(throttling(&no_quota, None), None);
+    }
 
     #[test]
     fn node_usage_from_proc() {

@@ -169,6 +169,34 @@ pub fn metrics(s: &Snapshot, extras: &Extras) -> String {
         &|u| Some(u.rss_bytes as f64),
     );
     family(
+        "container_memory_cache",
+        "Number of bytes of page cache memory.",
+        "gauge",
+        "",
+        &|u| Some(u.cache_bytes as f64),
+    );
+    family(
+        "container_cpu_cfs_periods_total",
+        "Number of elapsed enforcement period intervals.",
+        "counter",
+        "",
+        &|u| u.throttling.map(|t| t.periods as f64),
+    );
+    family(
+        "container_cpu_cfs_throttled_periods_total",
+        "Number of throttled period intervals.",
+        "counter",
+        "",
+        &|u| u.throttling.map(|t| t.throttled_periods as f64),
+    );
+    family(
+        "container_cpu_cfs_throttled_seconds_total",
+        "Total time duration the container has been throttled.",
+        "counter",
+        "",
+        &|u| u.throttling.map(|t| seconds(t.throttled_ns)),
+    );
+    family(
         "container_processes",
         "Number of processes running inside the container.",
         "gauge",
@@ -249,6 +277,10 @@ mod tests {
             r#"container_network_receive_bytes_total{container="",interface="eth0",id="/",image="",name="",namespace="",pod=""} 5000 1700000000123"#,
             r#"container_network_transmit_packets_dropped_total{container="",interface="eth0",id="/kubepods/besteffort/podu",image="",name="",namespace="default",pod="web"} 4 1700000000123"#,
             "# HELP container_network_receive_errors_total Cumulative count of errors encountered while receiving",
+            r#"container_memory_cache{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 512 1700000000123"#,
+            r#"container_cpu_cfs_periods_total{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 100 1700000000123"#,
+            r#"container_cpu_cfs_throttled_periods_total{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 7 1700000000123"#,
+            r#"container_cpu_cfs_throttled_seconds_total{container="",id="/kubepods/besteffort/podu",image="",name="",namespace="default",pod="web"} 0.25 1700000000123"#,
             "machine_cpu_cores 4",
             "machine_memory_bytes 1073741824",
         ] {

@@ -234,6 +234,12 @@ pub(crate) fn sample() -> Snapshot {
         working_set_bytes: 2048,
         rss_bytes: 1024,
         processes: Some(1),
+        cache_bytes: 512,
+        throttling: Some(crate::cgroup::usage::Throttling {
+            periods: 100,
+            throttled_periods: 7,
+            throttled_ns: 250_000_000,
+        }),
     };
     Snapshot {
         at: Timestamp::from_millisecond(1_700_000_000_123).unwrap(),
