@@ -1,7 +1,8 @@
 //! CPU and memory usage of a cgroup, read from its files when asked (no
 //! sampling): cgroup v2's `cpu.stat` and `memory.{current,stat}`, or v1's
-//! `cpuacct.usage`, `cpu.stat` and `memory.{usage_in_bytes,stat}`. The working set is
-//! usage minus inactive file pages, as cAdvisor and the kubelet count it.
+//! `cpuacct.usage`, `cpu.stat` and `memory.{usage_in_bytes,stat}`. The
+//! working set is usage minus inactive file pages, as cAdvisor and the
+//! kubelet count it.
 
 use std::collections::HashMap;
 use std::fs;
