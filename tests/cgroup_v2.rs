@@ -230,12 +230,7 @@ fn without_psi_pods_at_node_allocatable_wake_eviction_at_once() {
     let registry = Registry::start();
     let image = registry.push("test/busybox:1", &[]);
     // Everything but 200 MiB is reserved, so kubepods' memory.max is 200 MiB.
-    let mem_total_kib: u64 = fs::read_to_string("/proc/meminfo")
-        .expect("/proc/meminfo")
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("MemTotal");
+    let mem_total_kib = nanolet::cgroup::memory_capacity() / 1024;
     let work = common::TempDir::new("nanolet-no-psi");
     let config = work.path().join("config.yaml");
     fs::write(

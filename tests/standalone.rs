@@ -2881,13 +2881,7 @@ fn the_kubepods_cgroup_is_capped_at_node_allocatable() {
     .unwrap();
     let agent = Agent::start_with(&registry, &["--config", config.to_str().unwrap()]);
     let page = |bytes: u64| bytes / 4096 * 4096;
-    let mem_total = fs::read_to_string("/proc/meminfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap()
-        * 1024;
+    let mem_total = nanolet::cgroup::memory_capacity();
     let memory = page(mem_total - (320 << 20)).to_string();
     // SAFETY: sysconf has no memory-safety preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } as u64;
