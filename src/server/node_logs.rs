@@ -220,6 +220,59 @@ mod tests {
         assert!(html.starts_with("<!doctype html>") && html.ends_with("</pre>\n"));
     }
 
+    /// What `serve` answers for `path` under `root`: status, Location, body.
+    fn answer(root: &Path, path: &str) -> (u16, String, String) {
+        smol::block_on(async {
+            let response = serve(root.to_owned(), path).await;
+            let status = response.status().as_u16();
+            let location = response
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let body = response.into_body().collect().await.map(|b| b.to_bytes());
+            let body = String::from_utf8_lossy(&body.unwrap_or_default()).into_owned();
+            (status, location, body)
+        })
+    }
+
+    #[test]
+    fn files_listings_and_redirects_inside_the_root_only() {
+        let base = std::env::temp_dir().join(format!("nanolet-node-logs-{}", std::process::id()));
+        let root = base.join("log");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("a.log"), "hello\n").unwrap();
+        std::fs::write(base.join("secret"), "outside\n").unwrap();
+        std::os::unix::fs::symlink(base.join("secret"), root.join("out")).unwrap();
+        let answers = [
+            answer(&root, "/logs/a.log"),
+            answer(&root, "/logs/sub"),
+            answer(&root, "/logs/a.log/"),
+            answer(&root, "/logs"),
+            answer(&root, "/logs/out"),
+            answer(&root, "/logs/../secret"),
+            answer(&root, "/logs/sub/../../secret"),
+            answer(&root, "/logs/sub/../a.log"),
+            answer(&root, "/logs/"),
+        ];
+        let _ = std::fs::remove_dir_all(&base);
+        assert_eq!(answers[0], (200, String::new(), "hello\n".into()));
+        assert_eq!((answers[1].0, answers[1].1.as_str()), (301, "sub/"));
+        assert_eq!((answers[2].0, answers[2].1.as_str()), (301, "../a.log"));
+        assert_eq!((answers[3].0, answers[3].1.as_str()), (301, "logs/"));
+        // Out by a symlink, or by climbing, which stops at the root.
+        assert_eq!(answers[4].0, 404);
+        assert_eq!(answers[5].0, 404);
+        assert_eq!(answers[6].0, 404);
+        assert_eq!(answers[7], (200, String::new(), "hello\n".into()));
+        assert!(
+            answers[8].2.contains("<a href=\"sub/\">sub/</a>"),
+            "{:?}",
+            answers[8]
+        );
+    }
+
     #[test]
     fn content_types_as_sniffed() {
         assert_eq!(
