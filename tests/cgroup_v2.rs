@@ -79,6 +79,23 @@ fn pod_qos_and_container_cgroups_carry_upstream_values() {
         usage.memory_bytes > 0 && usage.working_set_bytes <= usage.memory_bytes,
         "{usage:?}"
     );
+    // What /metrics/cadvisor reads back of its limits: weight 10 stands
+    // for 2 + 9·262142/9999 = 237 shares.
+    let settings = nanolet::cgroup::settings::read(
+        nanolet::cgroup::Version::V2,
+        &format!("/{}", relative.display()),
+    )
+    .expect("the container's settings");
+    assert_eq!(
+        settings.spec,
+        nanolet::cgroup::settings::Spec {
+            cpu_shares: Some(237),
+            cpu_period: Some(100_000),
+            cpu_quota: Some(50_000),
+            memory_limit: Some(128 << 20),
+        }
+    );
+    assert_eq!(settings.oom_kills, Some(0));
     let burstable = root.join("kubepods/burstable");
     assert_eq!(read(&burstable, "cpu.weight"), "10");
     assert_eq!(read(&root.join("kubepods/besteffort"), "cpu.weight"), "1");

@@ -1036,16 +1036,33 @@ fn resource_metrics_show_a_busy_pod_busy_and_an_idle_one_idle() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{busy_line}"));
     assert!(cadvisor_cpu >= busy_cpu, "{busy_line}: below {busy_cpu}");
+    let busy_series = |name: &str| {
+        cadvisor
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{name}{{container=\"main\"")) && l.contains("pod=\"busy\"")
+            })
+            .and_then(|l| l.split(' ').nth(1)?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} of the busy container in\n{cadvisor}"))
+    };
     // Its half-core limit holds the busy loop back.
-    let throttled = cadvisor
-        .lines()
-        .find(|l| {
-            l.starts_with("container_cpu_cfs_throttled_periods_total{container=\"main\"")
-                && l.contains("pod=\"busy\"")
-        })
-        .and_then(|l| l.split(' ').nth(1)?.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no throttling of the busy container in\n{cadvisor}"));
-    assert!(throttled > 0.0, "{cadvisor}");
+    assert!(
+        busy_series("container_cpu_cfs_throttled_periods_total") > 0.0,
+        "{cadvisor}"
+    );
+    // Its limits, read back from its cgroup: a quota of half the period, the
+    // shares of its 500m request, and no memory limit (0, as cAdvisor has it).
+    assert_eq!(busy_series("container_spec_cpu_quota"), 50_000.0);
+    assert_eq!(busy_series("container_spec_cpu_period"), 100_000.0);
+    let shares = busy_series("container_spec_cpu_shares");
+    // cgroup v2 keeps a weight, coarser than shares: 512 comes back as 500.
+    assert!(shares == 512.0 || shares == 500.0, "{shares}");
+    assert_eq!(busy_series("container_spec_memory_limit_bytes"), 0.0);
+    assert_eq!(busy_series("container_oom_events_total"), 0.0);
+    assert!(
+        cadvisor.contains("# TYPE container_fs_writes_bytes_total counter"),
+        "{cadvisor}"
+    );
 
     // The Summary API: a first request primes the CPU rates, the second
     // reports them over the two seconds between.

@@ -5,6 +5,7 @@
 //! creates a container's own cgroup from the spec's `cgroupsPath`.
 
 mod limits;
+pub mod settings;
 pub mod usage;
 
 pub use limits::{CPU_PERIOD, Limits, cpu_quota, cpu_shares, cpu_weight};

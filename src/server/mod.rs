@@ -453,9 +453,22 @@ async fn resource_metrics(ctx: &Context) -> Response<Body> {
 async fn cadvisor_metrics(ctx: &Context) -> Response<Body> {
     let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
     let text = crate::helpers::unblock(move || {
+        use crate::cgroup::settings::{self, Settings};
         use crate::stats::{cadvisor, net};
+        use std::collections::HashMap;
         let snapshot = crate::stats::collect(&layout, &cgroups);
         let runtime_root = layout.runtime_root();
+        let settings: HashMap<String, Settings> = snapshot
+            .pods
+            .iter()
+            .flat_map(|p| std::iter::once(&p.cgroup).chain(p.containers.iter().map(|c| &c.cgroup)))
+            .filter_map(|path| Some((path.clone(), settings::read(cgroups.version, path)?)))
+            .collect();
+        let device_names = settings
+            .values()
+            .flat_map(|s| &s.io)
+            .map(|io| (io.device.clone(), settings::device_name(&io.device)))
+            .collect();
         let extras = cadvisor::Extras {
             cpus: crate::cgroup::cpu_capacity(),
             memory_bytes: crate::cgroup::memory_capacity(),
@@ -465,6 +478,8 @@ async fn cadvisor_metrics(ctx: &Context) -> Response<Body> {
                 .iter()
                 .filter_map(|p| Some((p.uid.clone(), net::pod_interfaces(&runtime_root, p)?)))
                 .collect(),
+            settings,
+            device_names,
         };
         cadvisor::metrics(&snapshot, &extras)
     })

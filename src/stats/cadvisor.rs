@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use super::net::Interface;
 use super::{ContainerStats, PodStats, Snapshot, escape, seconds};
+use crate::cgroup::settings::{DeviceIo, Settings, Spec};
 use crate::cgroup::usage::Usage;
 
 /// cAdvisor's labels of a cgroup: container, id (the cgroup's path), image,
@@ -61,13 +62,62 @@ impl<'a> Labels<'a> {
 }
 
 /// What the text is made of besides the usage: the node's CPUs and memory,
-/// and the interfaces of the node and of each pod (by uid).
+/// the interfaces of the node and of each pod (by uid), the limits, I/O and
+/// OOM kills of each pod and container cgroup (by path), and the names of
+/// the block devices (by `major:minor`).
 pub struct Extras {
     pub cpus: u64,
     pub memory_bytes: u64,
     pub node_network: Vec<Interface>,
     pub pod_networks: HashMap<String, Vec<Interface>>,
+    pub settings: HashMap<String, Settings>,
+    pub device_names: HashMap<String, String>,
 }
+
+/// A spec series: cAdvisor's name, its help, and its value where it has one.
+type SpecSeries = (&'static str, &'static str, fn(&Spec) -> Option<u64>);
+
+const SPEC: [SpecSeries; 4] = [
+    ("cpu_period", "CPU period of the container.", |s| {
+        s.cpu_period
+    }),
+    ("cpu_quota", "CPU quota of the container.", |s| s.cpu_quota),
+    ("cpu_shares", "CPU share of the container.", |s| {
+        s.cpu_shares
+    }),
+    // cAdvisor reports an unlimited container's limit as 0.
+    (
+        "memory_limit_bytes",
+        "Memory limit for the container.",
+        |s| Some(s.memory_limit.unwrap_or(0)),
+    ),
+];
+
+/// A block I/O series: cAdvisor's name, its help, and its value.
+type IoSeries = (&'static str, &'static str, fn(&DeviceIo) -> u64);
+
+const IO: [IoSeries; 4] = [
+    (
+        "container_fs_reads_bytes_total",
+        "Cumulative count of bytes read",
+        |d| d.read_bytes,
+    ),
+    (
+        "container_fs_writes_bytes_total",
+        "Cumulative count of bytes written",
+        |d| d.write_bytes,
+    ),
+    (
+        "container_fs_reads_total",
+        "Cumulative count of reads completed",
+        |d| d.reads,
+    ),
+    (
+        "container_fs_writes_total",
+        "Cumulative count of writes completed",
+        |d| d.writes,
+    ),
+];
 
 /// A network series: cAdvisor's name, what it counts, and its value.
 type NetworkSeries = (&'static str, &'static str, fn(&Interface) -> u64);
@@ -238,6 +288,55 @@ pub fn metrics(s: &Snapshot, extras: &Extras) -> String {
             }
         }
     }
+    // The limits, I/O and OOM kills of pod and container cgroups (cAdvisor
+    // has the node's from elsewhere).
+    let settings: Vec<(Labels, &Settings)> = cgroups
+        .iter()
+        .filter_map(|(labels, _)| Some((*labels, extras.settings.get(labels.id)?)))
+        .collect();
+    for (series, help, value) in SPEC {
+        let name = format!("container_spec_{series}");
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (labels, settings) in &settings {
+            if let Some(v) = value(&settings.spec) {
+                let _ = writeln!(out, "{name}{} {v} {ts}", labels.render(""));
+            }
+        }
+    }
+    for (name, help, value) in IO {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for (labels, settings) in &settings {
+            for device in &settings.io {
+                let device_name = extras.device_names.get(&device.device);
+                let extra = format!(
+                    "device=\"{}\",",
+                    escape(device_name.map_or("", String::as_str))
+                );
+                let _ = writeln!(
+                    out,
+                    "{name}{} {} {ts}",
+                    labels.render(&extra),
+                    value(device)
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP container_oom_events_total Count of out of memory events observed for the container"
+    );
+    let _ = writeln!(out, "# TYPE container_oom_events_total counter");
+    for (labels, settings) in &settings {
+        if let Some(kills) = settings.oom_kills {
+            let _ = writeln!(
+                out,
+                "container_oom_events_total{} {kills} {ts}",
+                labels.render("")
+            );
+        }
+    }
     let _ = writeln!(out, "# HELP machine_cpu_cores Number of logical CPU cores.");
     let _ = writeln!(out, "# TYPE machine_cpu_cores gauge");
     let _ = writeln!(out, "machine_cpu_cores {}", extras.cpus);
@@ -262,6 +361,39 @@ mod tests {
             memory_bytes: 1 << 30,
             node_network: eth0.clone(),
             pod_networks: HashMap::from([("u".to_owned(), eth0)]),
+            settings: HashMap::from([
+                (
+                    "/kubepods/besteffort/podu/c".to_owned(),
+                    Settings {
+                        spec: Spec {
+                            cpu_shares: Some(2),
+                            cpu_period: Some(100_000),
+                            cpu_quota: Some(50_000),
+                            memory_limit: Some(1 << 28),
+                        },
+                        io: vec![DeviceIo {
+                            device: "8:0".to_owned(),
+                            read_bytes: 4096,
+                            write_bytes: 512,
+                            reads: 1,
+                            writes: 2,
+                        }],
+                        oom_kills: Some(1),
+                    },
+                ),
+                (
+                    "/kubepods/besteffort/podu".to_owned(),
+                    Settings {
+                        spec: Spec {
+                            cpu_shares: Some(2),
+                            cpu_period: Some(100_000),
+                            ..Spec::default()
+                        },
+                        ..Settings::default()
+                    },
+                ),
+            ]),
+            device_names: HashMap::from([("8:0".to_owned(), "/dev/sda".to_owned())]),
         };
         let text = metrics(&super::super::sample(), &extras);
         for line in [
@@ -281,6 +413,14 @@ mod tests {
             r#"container_cpu_cfs_periods_total{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 100 1700000000123"#,
             r#"container_cpu_cfs_throttled_periods_total{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 7 1700000000123"#,
             r#"container_cpu_cfs_throttled_seconds_total{container="",id="/kubepods/besteffort/podu",image="",name="",namespace="default",pod="web"} 0.25 1700000000123"#,
+            r#"container_spec_cpu_quota{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 50000 1700000000123"#,
+            r#"container_spec_cpu_period{container="",id="/kubepods/besteffort/podu",image="",name="",namespace="default",pod="web"} 100000 1700000000123"#,
+            r#"container_spec_cpu_shares{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 2 1700000000123"#,
+            r#"container_spec_memory_limit_bytes{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 268435456 1700000000123"#,
+            r#"container_spec_memory_limit_bytes{container="",id="/kubepods/besteffort/podu",image="",name="",namespace="default",pod="web"} 0 1700000000123"#,
+            r#"container_fs_reads_bytes_total{container="main",device="/dev/sda",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 4096 1700000000123"#,
+            r#"container_fs_writes_total{container="main",device="/dev/sda",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 2 1700000000123"#,
+            r#"container_oom_events_total{container="main",id="/kubepods/besteffort/podu/c",image="busybox:1",name="c",namespace="default",pod="web"} 1 1700000000123"#,
             "machine_cpu_cores 4",
             "machine_memory_bytes 1073741824",
         ] {
@@ -289,5 +429,8 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
+        // No quota on the pod, and nothing of the node's.
+        assert!(!text.contains(r#"container_spec_cpu_quota{container="","#));
+        assert!(!text.contains(r#"container_oom_events_total{container="","#));
     }
 }
