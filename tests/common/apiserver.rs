@@ -85,6 +85,18 @@ pub struct ApiServer {
     pub admin: String,
     pub token: String,
     child: Child,
+    /// Dropped after the server is stopped.
+    _scratch: Scratch,
+}
+
+/// The server's dir, removed when dropped: after the server is stopped, and
+/// also when starting it fails.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl ApiServer {
@@ -95,13 +107,13 @@ impl ApiServer {
     pub fn start_with(args: &[&str]) -> ApiServer {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
+        let scratch = Scratch(std::env::temp_dir().join(format!(
             "test-apiserver-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut child = Command::new(binary())
+        )));
+        std::fs::create_dir_all(&scratch.0).unwrap();
+        let child = Command::new(binary())
             .args([
                 "--listen",
                 "127.0.0.1:0",
@@ -112,25 +124,30 @@ impl ApiServer {
             ])
             .args(args)
             .arg("--dir")
-            .arg(&dir)
+            .arg(&scratch.0)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        assert_eq!(first_line(&mut child), "ready");
+        // From here on a failed start stops the server and removes its dir.
+        let mut server = ApiServer {
+            dir: scratch.0.clone(),
+            url: String::new(),
+            admin: String::new(),
+            token: String::new(),
+            child,
+            _scratch: scratch,
+        };
+        assert_eq!(first_line(&mut server.child), "ready");
         let read = |f: &str| {
-            std::fs::read_to_string(dir.join(f))
+            std::fs::read_to_string(server.dir.join(f))
                 .unwrap()
                 .trim()
                 .to_owned()
         };
-        ApiServer {
-            url: read("server"),
-            admin: read("admin"),
-            token: read("admin.token"),
-            dir,
-            child,
-        }
+        (server.url, server.admin, server.token) =
+            (read("server"), read("admin"), read("admin.token"));
+        server
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
@@ -242,6 +259,5 @@ impl Drop for ApiServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
