@@ -136,7 +136,7 @@ fn v2_cpu_max(text: &str) -> (Option<u64>, Option<u64>) {
 
 /// The shares a cgroup v2 weight stands for: the inverse of upstream's
 /// shares-to-weight formula, as cAdvisor converts it.
-pub(crate) fn shares_of_weight(weight: u64) -> u64 {
+fn shares_of_weight(weight: u64) -> u64 {
     2 + (weight.clamp(1, 10_000) - 1) * 262_142 / 9999
 }
 
