@@ -183,10 +183,16 @@ pub fn pod_limits(pod: &crate::pod::Pod, pids_max: Option<i64>) -> Limits {
 }
 
 /// Whether the kernel's OOM killer killed a process of the container whose
-/// cgroup is `cgroup_path`: `oom_kill` in `memory.events` (v2) or in
-/// `memory.oom_control` (v1, kernel 4.13 and later). Read at the exit, before
-/// the runtime removes the cgroup.
+/// cgroup is `cgroup_path`. Read at the exit, before the runtime removes the
+/// cgroup.
 pub fn oom_killed(cgroup_path: &str) -> bool {
+    oom_kills(cgroup_path).is_some_and(|n| n > 0)
+}
+
+/// How many processes the kernel's OOM killer killed in the cgroup at
+/// `cgroup_path` (and below it): `oom_kill` in `memory.events` (v2) or in
+/// `memory.oom_control` (v1, kernel 4.13 and later).
+pub fn oom_kills(cgroup_path: &str) -> Option<u64> {
     let relative = cgroup_path.trim_start_matches('/');
     let candidates = [
         Path::new("/sys/fs/cgroup")
@@ -196,15 +202,15 @@ pub fn oom_killed(cgroup_path: &str) -> bool {
             .join(relative)
             .join("memory.oom_control"),
     ];
-    candidates.iter().any(|file| {
-        fs::read_to_string(file).is_ok_and(|text| {
-            text.lines().any(|l| {
-                l.strip_prefix("oom_kill ")
-                    .and_then(|n| n.trim().parse::<u64>().ok())
-                    .is_some_and(|n| n > 0)
-            })
-        })
-    })
+    candidates
+        .iter()
+        .find_map(|file| oom_kill_count(&fs::read_to_string(file).ok()?))
+}
+
+/// The `oom_kill` line of a `memory.events` or `memory.oom_control`.
+fn oom_kill_count(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
 }
 
 /// Mount points of cgroup hierarchies (v1 controllers and cgroup2).
@@ -314,5 +320,15 @@ mod tests {
             h.container_path(QosClass::Burstable, "u", "c"),
             "/nanolet-test/kubepods/burstable/podu/c"
         );
+    }
+
+    #[test]
+    fn oom_kills_from_either_version() {
+        let events = "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n";
+        assert_eq!(oom_kill_count(events), Some(1));
+        let oom_control = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
+        assert_eq!(oom_kill_count(oom_control), Some(2));
+        assert_eq!(oom_kill_count("oom_group_kill 4\n"), None);
+        assert_eq!(oom_kills("/nanolet-no-such-cgroup"), None);
     }
 }

@@ -3,11 +3,12 @@
 //! for `/metrics/cadvisor`, so that the scrapes metrics-server and eviction
 //! depend on read no more files than they need.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::Version;
+use super::usage::{read_u64, v1_dir};
 
 /// The limits in force on a cgroup, in cAdvisor's units.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,14 +48,12 @@ pub fn read(version: Version, cgroup_path: &str) -> Option<Settings> {
     let file = |controller: &str, name: &str| -> PathBuf {
         match version {
             Version::V2 => Path::new("/sys/fs/cgroup").join(relative).join(name),
-            Version::V1 | Version::Hybrid => Path::new("/sys/fs/cgroup")
-                .join(controller)
-                .join(relative)
-                .join(name),
+            Version::V1 | Version::Hybrid => v1_dir(controller, relative).join(name),
         }
     };
     let text = |controller: &str, name: &str| fs::read_to_string(file(controller, name)).ok();
-    match version {
+    let number = |controller: &str, name: &str| read_u64(&file(controller, name));
+    let (spec, io) = match version {
         Version::V2 => {
             if !file("", "cgroup.procs").exists() {
                 return None;
@@ -63,60 +62,39 @@ pub fn read(version: Version, cgroup_path: &str) -> Option<Settings> {
                 .as_deref()
                 .map(v2_cpu_max)
                 .unwrap_or_default();
-            Some(Settings {
-                spec: Spec {
-                    cpu_shares: text("", "cpu.weight")
-                        .and_then(|w| w.trim().parse().ok())
-                        .map(shares_of_weight),
-                    cpu_period,
-                    cpu_quota,
-                    memory_limit: text("", "memory.max").as_deref().and_then(limit),
-                },
-                io: text("", "io.stat")
-                    .as_deref()
-                    .map(v2_io)
-                    .unwrap_or_default(),
-                oom_kills: text("", "memory.events")
-                    .as_deref()
-                    .and_then(|t| pair(t, "oom_kill")),
-            })
+            let spec = Spec {
+                cpu_shares: number("", "cpu.weight").map(shares_of_weight),
+                cpu_period,
+                cpu_quota,
+                memory_limit: text("", "memory.max").as_deref().and_then(limit),
+            };
+            let io = text("", "io.stat").as_deref().map(v2_io);
+            (spec, io.unwrap_or_default())
         }
         Version::V1 | Version::Hybrid => {
             let memory_limit = text("memory", "memory.limit_in_bytes")?;
-            let number = |controller: &str, name: &str| {
-                text(controller, name).and_then(|t| t.trim().parse::<i64>().ok())
-            };
             // The recursive counts cover a pod's containers, as v2's do.
             let io_file = |name: &str| {
                 text("blkio", &format!("{name}_recursive")).or_else(|| text("blkio", name))
             };
-            Some(Settings {
-                spec: Spec {
-                    cpu_shares: number("cpu", "cpu.shares").and_then(|n| u64::try_from(n).ok()),
-                    cpu_period: number("cpu", "cpu.cfs_period_us")
-                        .and_then(|n| u64::try_from(n).ok()),
-                    // -1 is unlimited.
-                    cpu_quota: number("cpu", "cpu.cfs_quota_us")
-                        .and_then(|n| u64::try_from(n).ok()),
-                    memory_limit: limit(&memory_limit),
-                },
-                io: v1_io(
-                    io_file("blkio.throttle.io_service_bytes").as_deref(),
-                    io_file("blkio.throttle.io_serviced").as_deref(),
-                ),
-                oom_kills: text("memory", "memory.oom_control")
-                    .as_deref()
-                    .and_then(|t| pair(t, "oom_kill")),
-            })
+            let spec = Spec {
+                cpu_shares: number("cpu", "cpu.shares"),
+                cpu_period: number("cpu", "cpu.cfs_period_us"),
+                // -1, unlimited, is no u64.
+                cpu_quota: number("cpu", "cpu.cfs_quota_us"),
+                memory_limit: limit(&memory_limit),
+            };
+            let io = v1_io(
+                io_file("blkio.throttle.io_service_bytes").as_deref(),
+                io_file("blkio.throttle.io_serviced").as_deref(),
+            );
+            (spec, io)
         }
-    }
-}
-
-/// The value of `key` in `key value` lines.
-fn pair(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok())?
+    };
+    Some(Settings {
+        spec,
+        io,
+        oom_kills: super::oom_kills(cgroup_path),
     })
 }
 
@@ -164,48 +142,35 @@ fn v2_io(text: &str) -> Vec<DeviceIo> {
         .collect()
 }
 
-/// blkio's `8:0 Read 4096` lines (and a `Total` line), in bytes and in
-/// operations, merged by device in the order first seen.
+/// blkio's `8:0 Read 4096` lines (and `Total` lines), in bytes and in
+/// operations, merged by device.
 fn v1_io(bytes: Option<&str>, operations: Option<&str>) -> Vec<DeviceIo> {
-    let mut devices: Vec<DeviceIo> = Vec::new();
-    let mut add =
-        |text: &str, read: fn(&mut DeviceIo) -> &mut u64, write: fn(&mut DeviceIo) -> &mut u64| {
-            for line in text.lines() {
-                let mut fields = line.split_whitespace();
-                let (Some(device), Some(op), Some(value)) =
-                    (fields.next(), fields.next(), fields.next())
-                else {
-                    continue;
-                };
-                let Ok(value) = value.parse::<u64>() else {
-                    continue;
-                };
-                let counter = match op {
-                    "Read" => read,
-                    "Write" => write,
-                    _ => continue,
-                };
-                let entry = match devices.iter().position(|d| d.device == device) {
-                    Some(i) => &mut devices[i],
-                    None => {
-                        devices.push(DeviceIo {
-                            device: device.to_owned(),
-                            ..DeviceIo::default()
-                        });
-                        let last = devices.len() - 1;
-                        &mut devices[last]
-                    }
-                };
-                *counter(entry) += value;
-            }
-        };
-    if let Some(text) = bytes {
-        add(text, |d| &mut d.read_bytes, |d| &mut d.write_bytes);
+    let mut devices: BTreeMap<&str, DeviceIo> = BTreeMap::new();
+    for (text, in_bytes) in [(bytes, true), (operations, false)] {
+        for line in text.unwrap_or_default().lines() {
+            let mut fields = line.split_whitespace();
+            let (Some(device), Some(op), Some(Ok(value))) = (
+                fields.next(),
+                fields.next(),
+                fields.next().map(str::parse::<u64>),
+            ) else {
+                continue;
+            };
+            let counter: fn(&mut DeviceIo) -> &mut u64 = match (op, in_bytes) {
+                ("Read", true) => |d| &mut d.read_bytes,
+                ("Write", true) => |d| &mut d.write_bytes,
+                ("Read", false) => |d| &mut d.reads,
+                ("Write", false) => |d| &mut d.writes,
+                _ => continue,
+            };
+            let entry = devices.entry(device).or_insert_with(|| DeviceIo {
+                device: device.to_owned(),
+                ..DeviceIo::default()
+            });
+            *counter(entry) += value;
+        }
     }
-    if let Some(text) = operations {
-        add(text, |d| &mut d.reads, |d| &mut d.writes);
-    }
-    devices
+    devices.into_values().collect()
 }
 
 /// The name cAdvisor gives the block device `major:minor`: `/dev/` and
@@ -256,9 +221,6 @@ mod tests {
                 }
             ]
         );
-        let events = "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n";
-        assert_eq!(pair(events, "oom_kill"), Some(1));
-        assert_eq!(pair(events, "oom"), Some(1));
     }
 
     #[test]
@@ -286,8 +248,6 @@ mod tests {
             ]
         );
         assert_eq!(v1_io(None, None), vec![]);
-        let oom_control = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
-        assert_eq!(pair(oom_control, "oom_kill"), Some(2));
     }
 
     #[test]

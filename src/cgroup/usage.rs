@@ -59,11 +59,11 @@ fn read_pairs(path: &Path) -> Option<HashMap<String, u64>> {
     )
 }
 
-fn read_u64(path: &Path) -> Option<u64> {
+pub(super) fn read_u64(path: &Path) -> Option<u64> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-fn v1_dir(controller: &str, relative: &str) -> PathBuf {
+pub(super) fn v1_dir(controller: &str, relative: &str) -> PathBuf {
     Path::new("/sys/fs/cgroup").join(controller).join(relative)
 }
 

@@ -464,10 +464,14 @@ async fn cadvisor_metrics(ctx: &Context) -> Response<Body> {
             .flat_map(|p| std::iter::once(&p.cgroup).chain(p.containers.iter().map(|c| &c.cgroup)))
             .filter_map(|path| Some((path.clone(), settings::read(cgroups.version, path)?)))
             .collect();
-        let device_names = settings
+        let devices: std::collections::BTreeSet<&String> = settings
             .values()
             .flat_map(|s| &s.io)
-            .map(|io| (io.device.clone(), settings::device_name(&io.device)))
+            .map(|io| &io.device)
+            .collect();
+        let device_names = devices
+            .into_iter()
+            .map(|device| (device.clone(), settings::device_name(device)))
             .collect();
         let extras = cadvisor::Extras {
             cpus: crate::cgroup::cpu_capacity(),

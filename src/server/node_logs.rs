@@ -239,7 +239,8 @@ mod tests {
 
     #[test]
     fn files_listings_and_redirects_inside_the_root_only() {
-        let base = std::env::temp_dir().join(format!("nanolet-node-logs-{}", std::process::id()));
+        let base = crate::state::TestDir::new("node-logs");
+        let base = &base.0;
         let root = base.join("log");
         std::fs::create_dir_all(root.join("sub")).unwrap();
         std::fs::write(root.join("a.log"), "hello\n").unwrap();
@@ -256,7 +257,6 @@ mod tests {
             answer(&root, "/logs/sub/../a.log"),
             answer(&root, "/logs/"),
         ];
-        let _ = std::fs::remove_dir_all(&base);
         assert_eq!(answers[0], (200, String::new(), "hello\n".into()));
         assert_eq!((answers[1].0, answers[1].1.as_str()), (301, "sub/"));
         assert_eq!((answers[2].0, answers[2].1.as_str()), (301, "../a.log"));

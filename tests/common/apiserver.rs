@@ -90,7 +90,8 @@ pub struct ApiServer {
 }
 
 /// The server's dir, removed when dropped: after the server is stopped, and
-/// also when starting it fails.
+/// also when starting it fails. (common's `TempDir` is not there when the test
+/// server's own tests include this file.)
 struct Scratch(PathBuf);
 
 impl Drop for Scratch {
