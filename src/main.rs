@@ -1,6 +1,7 @@
 //! nanolet: a small Kubernetes node agent.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
@@ -83,7 +84,16 @@ fn main() -> ExitCode {
         "logs" => cmd_logs(parser),
         "monitor" => cmd_monitor(parser),
         // Internal, like monitor: PID 1 of pods with shareProcessNamespace.
-        "pause" => nanolet::runtime::pause::run().map_err(Into::into),
+        "pause" => {
+            nanolet::runtime::pause::run(args_of(parser).first().map(Path::new)).map_err(Into::into)
+        }
+        // Internal: makes a pod's user namespace (hostUsers: false).
+        "userns" => match args_of(parser).first() {
+            Some(hostname) => {
+                nanolet::runtime::userns::run(&hostname.to_string_lossy()).map_err(Into::into)
+            }
+            None => Err(Usage("userns needs a hostname".into()).into()),
+        },
         "version" | "--version" => {
             println!("nanolet {}", env!("CARGO_PKG_VERSION"));
             Ok(())
@@ -272,4 +282,12 @@ fn cmd_monitor(mut parser: lexopt::Parser) -> anyhow::Result<()> {
         max_log_files,
     })?;
     Ok(())
+}
+
+/// The arguments of an internal command, taken as they are.
+fn args_of(mut parser: lexopt::Parser) -> Vec<OsString> {
+    parser
+        .raw_args()
+        .map(|args| args.collect())
+        .unwrap_or_default()
 }

@@ -87,6 +87,80 @@ pub fn bind(source: &Path, target: &Path) -> Result<(), MountError> {
     })
 }
 
+/// Bind-mounts `source` on `target` (which must exist) with the ID mapping
+/// of the user namespace `user_ns` (a `/proc/<pid>/ns/user` or a bind
+/// mount of one): what is owned by 0 on disk shows as owned by the
+/// namespace's root. Needs kernel 5.12, and a filesystem that supports it.
+pub fn bind_idmapped(source: &Path, target: &Path, user_ns: &Path) -> Result<(), MountError> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let fail = |what: &'static str, path: &Path| MountError {
+        what,
+        path: path.to_owned(),
+        source: Errno::last(),
+    };
+    let c_path = |path: &Path| {
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| MountError {
+            what: "a NUL byte in",
+            path: path.to_owned(),
+            source: Errno::EINVAL,
+        })
+    };
+    let (source_c, target_c, ns_c) = (c_path(source)?, c_path(target)?, c_path(user_ns)?);
+    // Safety: plain syscalls on NUL-terminated paths; every fd returned is
+    // owned right away.
+    let ns = unsafe { libc::open(ns_c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if ns < 0 {
+        return Err(fail("opening user namespace", user_ns));
+    }
+    let ns = unsafe { OwnedFd::from_raw_fd(ns) };
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            source_c.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
+        )
+    };
+    if tree < 0 {
+        return Err(fail("cloning the mount of", source));
+    }
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: ns.as_raw_fd() as u64,
+    };
+    let set = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if set < 0 {
+        return Err(fail("ID-mapping the mount of", source));
+    }
+    let moved = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target_c.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if moved < 0 {
+        return Err(fail("attaching an ID-mapped mount on", target));
+    }
+    Ok(())
+}
+
 /// Detaches whatever is mounted at `target`; nothing mounted (or no such
 /// path) is success.
 pub fn unmount(target: &Path) -> Result<(), MountError> {

@@ -1759,6 +1759,159 @@ fn shared_process_namespace_has_pause_as_pid_1_and_outlives_its_loss() {
     });
 }
 
+/// The host uid of a process, from /proc.
+fn host_uid(pid: &str) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Pids whose command line is exactly `args`.
+fn pids_running(args: &[&str]) -> Vec<String> {
+    let wanted: Vec<u8> = args
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|pid| fs::read(format!("/proc/{pid}/cmdline")).ok().as_deref() == Some(&wanted[..]))
+        .collect()
+}
+
+#[test]
+fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
+    use std::os::unix::fs::MetadataExt;
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    // What a container sees of its IDs, the image's files, the files the
+    // agent writes, and the masking of /proc.
+    let looker = "cat /proc/self/uid_map /proc/self/gid_map; \
+        echo id=$(id -u):$(id -g); \
+        echo passwd=$(stat -c %u:%g /etc/passwd) hosts=$(stat -c %u /etc/hosts); \
+        touch /etc/written && echo wrote-etc; \
+        echo hi > /data/by-root && echo wrote-volume; \
+        echo proc-mounts=$(awk '$5 ~ \"^/proc/\"' /proc/self/mountinfo | wc -l); \
+        echo pid1=$(tr '\\0' ' ' < /proc/1/cmdline); \
+        exec sleep 4243";
+    let unmasked = "echo proc-mounts=$(awk '$5 ~ \"^/proc/\"' /proc/self/mountinfo | wc -l); \
+        echo hostname=$(hostname); ls /sys/class/net; exec sleep 4244";
+    let spec = "  hostUsers: false\n  shareProcessNamespace: true\n  terminationGracePeriodSeconds: 1\n  volumes:\n  - name: data\n    emptyDir: {}\n";
+    agent.write_manifest(
+        "userns.yaml",
+        &pod_yaml(
+            "userns",
+            spec,
+            &format!(
+                "  - name: looker\n    image: {image}\n    command: [sh, -c, {looker:?}]\n    volumeMounts:\n    - name: data\n      mountPath: /data\n  - name: unmasked\n    image: {image}\n    command: [sh, -c, {unmasked:?}]\n    securityContext:\n      procMount: Unmasked\n"
+            ),
+        ),
+    );
+    agent.write_manifest(
+        "userns2.yaml",
+        &pod_yaml(
+            "userns2",
+            "  hostUsers: false\n  terminationGracePeriodSeconds: 1\n",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '4245']\n"),
+        ),
+    );
+    agent.wait_running("userns");
+    agent.wait_running("userns2");
+    let logs = agent.wait_for("the looker's report", T, |a| {
+        let logs = a.logs("default/userns", Some("looker"));
+        logs.contains("pid1=").then_some(logs)
+    });
+    let uid_of = |name: &str| {
+        agent.record(name).unwrap()["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let pod_dir = agent.state.join(format!("pods/{}", uid_of("userns")));
+    let mappings: serde_json::Value =
+        serde_json::from_slice(&fs::read(pod_dir.join("userns")).unwrap()).unwrap();
+    let first = mappings["uidMappings"][0]["hostId"].as_u64().unwrap() as u32;
+    assert!(first >= 65536 && first.is_multiple_of(65536), "{mappings}");
+    assert_eq!(mappings["gidMappings"], mappings["uidMappings"]);
+    let other: serde_json::Value = serde_json::from_slice(
+        &fs::read(
+            agent
+                .state
+                .join(format!("pods/{}/userns", uid_of("userns2"))),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_ne!(
+        other["uidMappings"][0]["hostId"].as_u64().unwrap() as u32,
+        first
+    );
+
+    // Root inside is the range's first ID outside, for users and groups.
+    let map_line = format!("0 {first} 65536");
+    let squeezed: Vec<String> = logs
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        squeezed.iter().filter(|l| **l == map_line).count(),
+        2,
+        "{logs}"
+    );
+    assert!(logs.contains("id=0:0"), "{logs}");
+    // The image's files and the agent's are root's inside, and root
+    // writes to both the rootfs and a volume.
+    assert!(logs.contains("passwd=0:0 hosts=0"), "{logs}");
+    assert!(
+        logs.contains("wrote-etc") && logs.contains("wrote-volume"),
+        "{logs}"
+    );
+    // /proc is masked by default, and not with procMount Unmasked.
+    assert!(!logs.contains("proc-mounts=0"), "{logs}");
+    assert!(logs.contains("pause"), "{logs}");
+    let unmasked_logs = agent.wait_for("the unmasked container's report", T, |a| {
+        let logs = a.logs("default/userns", Some("unmasked"));
+        logs.contains("hostname=").then_some(logs)
+    });
+    assert!(unmasked_logs.contains("proc-mounts=0"), "{unmasked_logs}");
+    // Its own network namespace, sysfs included.
+    assert!(unmasked_logs.contains("hostname=userns"), "{unmasked_logs}");
+    assert!(
+        unmasked_logs.lines().any(|l| l.trim() == "lo"),
+        "{unmasked_logs}"
+    );
+
+    // On the host: the processes run as the range's root, what root wrote
+    // to the rootfs is the range's, and what it wrote to the volume is
+    // root's on disk (the volume is ID-mapped, as upstream's are).
+    let pids = pids_running(&["sleep", "4243"]);
+    assert_eq!(pids.len(), 1);
+    assert_eq!(host_uid(&pids[0]), Some(first));
+    let written: Vec<_> = fs::read_dir(pod_dir.join("containers"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("upper/etc/written"))
+        .filter(|p| p.exists())
+        .collect();
+    assert_eq!(written.len(), 1);
+    assert_eq!(fs::metadata(&written[0]).unwrap().uid(), first);
+    assert_eq!(
+        fs::metadata(pod_dir.join("volumes/data/by-root"))
+            .unwrap()
+            .uid(),
+        0
+    );
+
+    agent.remove_manifest("userns.yaml");
+    agent.remove_manifest("userns2.yaml");
+    agent.wait_for("the pods gone", T, |a| {
+        (a.record("userns").is_none() && a.record("userns2").is_none()).then_some(())
+    });
+    assert!(!pod_dir.exists());
+}
+
 #[test]
 fn host_mounts_reach_host_to_container_volumes_only() {
     let registry = Registry::start();

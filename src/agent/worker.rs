@@ -1667,15 +1667,15 @@ impl Worker {
         // names; adoption removes such bundles.
         let termination_log = bundle.dir.join(TERMINATION_LOG);
         let prepared = (|| {
-            let rootfs = bundle
-                .mount_rootfs(&image.layers)
-                .map_err(|e| ("CreateContainerError", e.to_string()))?;
-            create_termination_log(&termination_log)
-                .map_err(|e| ("CreateContainerError", e.to_string()))?;
             let paths = self
                 .paths
                 .as_ref()
                 .ok_or(("CreateContainerError", "no sandbox".to_owned()))?;
+            let rootfs = bundle
+                .mount_rootfs(&image.layers, paths.user_ns.as_ref())
+                .map_err(|e| ("CreateContainerError", e.to_string()))?;
+            create_termination_log(&termination_log)
+                .map_err(|e| ("CreateContainerError", e.to_string()))?;
             let pinned_sub_paths = spec_container
                 .mounts
                 .iter()

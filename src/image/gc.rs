@@ -201,7 +201,11 @@ impl ImageService {
         protected.extend(
             crate::mount::overlay_lower_dirs()
                 .iter()
-                .filter(|d| d.parent() == Some(layers_root.as_path()))
+                .filter(|d| {
+                    d.parent().is_some_and(|p| {
+                        p == layers_root || p.ends_with(crate::runtime::userns::MAPPED_LAYERS)
+                    })
+                })
                 .filter_map(|d| d.file_name())
                 .map(|hex| format!("sha256:{}", hex.to_string_lossy())),
         );

@@ -90,6 +90,8 @@ pub struct Pod {
     /// `shareProcessNamespace`: one PID namespace for all containers.
     pub share_process_namespace: bool,
     pub host_ipc: bool,
+    /// `hostUsers`: false gives the pod a user namespace of its own.
+    pub host_users: bool,
     pub hostname: String,
     pub run_as_user: Option<u32>,
     pub run_as_group: Option<u32>,
@@ -165,6 +167,9 @@ pub struct Security {
     pub seccomp: SeccompProfile,
     /// `None`: not set anywhere (the host's default).
     pub apparmor: Option<AppArmorProfile>,
+    /// `procMount: Unmasked`: no masked or read-only paths in /proc (only
+    /// with `hostUsers: false`).
+    pub proc_unmasked: bool,
 }
 
 /// A container's seccompProfile (its own, else the pod's).

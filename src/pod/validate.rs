@@ -399,6 +399,7 @@ const SPEC: &[(&str, Shape)] = &[
     ("hostNetwork", Leaf),
     ("hostPID", Leaf),
     ("hostIPC", Leaf),
+    ("hostUsers", Leaf),
     ("hostname", Leaf),
     ("nodeName", Leaf),
     ("dnsPolicy", Leaf),
@@ -636,6 +637,21 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         ));
     }
     let host_network = spec.host_network.unwrap_or(false);
+    let host_users = spec.host_users.unwrap_or(true);
+    if !host_users {
+        // The host's namespaces belong to the host's user namespace.
+        let shared = [
+            ("hostNetwork", host_network),
+            ("hostPID", spec.host_pid == Some(true)),
+            ("hostIPC", spec.host_ipc == Some(true)),
+        ];
+        if let Some((name, _)) = shared.iter().find(|(_, on)| *on) {
+            return Err(invalid(
+                format!("spec.{name}"),
+                "Forbidden: when `hostUsers` is false",
+            ));
+        }
+    }
     let image_pull_secrets: Vec<String> = spec
         .image_pull_secrets
         .iter()
@@ -762,6 +778,12 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             let field = format!("{list}[{i}]");
             let mut container =
                 convert_container(c, &field, host_network, &volumes, pod_seccomp.clone())?;
+            if container.security.proc_unmasked && host_users {
+                return Err(invalid(
+                    format!("{field}.securityContext.procMount"),
+                    "`hostUsers` must be false to use `Unmasked`",
+                ));
+            }
             container.security.apparmor = match apparmor::from_field(
                 &format!("{field}.securityContext"),
                 c.security_context
@@ -832,6 +854,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         host_pid: spec.host_pid.unwrap_or(false),
         share_process_namespace,
         host_ipc: spec.host_ipc.unwrap_or(false),
+        host_users,
         hostname,
         run_as_user,
         run_as_group,
@@ -1267,12 +1290,16 @@ fn convert_container(
             "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
         ));
     }
-    match security.and_then(|s| s.proc_mount.as_deref()) {
-        None | Some("Default") => {}
-        // Unmasked needs user namespaces (hostUsers: false), which nanolet
-        // does not do.
-        Some(other) => return Err(unsupported(format!("{sfield}.procMount={other}"))),
-    }
+    let proc_unmasked = match security.and_then(|s| s.proc_mount.as_deref()) {
+        None | Some("Default") => false,
+        Some("Unmasked") => true,
+        Some(other) => {
+            return Err(invalid(
+                format!("{sfield}.procMount"),
+                format!("unknown value {other:?}"),
+            ));
+        }
+    };
     let capabilities = security.and_then(|s| s.capabilities.as_ref());
     let container_security = Security {
         privileged,
@@ -1289,6 +1316,7 @@ fn convert_container(
             .unwrap_or_default(),
         // Set by the caller, which knows the pod's annotations and profile.
         apparmor: None,
+        proc_unmasked,
     };
     let resources = c.resources.as_ref();
     let rfield = format!("{field}.resources");
@@ -1586,6 +1614,31 @@ mod tests {
         assert!(err.to_string().contains("metadata.name"), "{err}");
         let err = validate(&json!({"apiVersion": "v1", "kind": "Service"}), "f", "u").unwrap_err();
         assert!(err.to_string().contains("kind"), "{err}");
+    }
+
+    #[test]
+    fn host_users_false_excludes_the_hosts_namespaces_and_allows_unmasked_proc() {
+        let with = |spec: Value| validate(&pod(spec), "f", "u");
+        let unmasked =
+            json!([{"name": "c", "image": "b", "securityContext": {"procMount": "Unmasked"}}]);
+        let err = with(json!({"containers": unmasked})).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("spec.containers[0].securityContext.procMount"),
+            "{err}"
+        );
+        let p = with(json!({"hostUsers": false, "containers": unmasked})).unwrap();
+        assert!(!p.host_users && p.containers[0].security.proc_unmasked);
+        let plain = json!([{"name": "c", "image": "b"}]);
+        assert!(with(json!({"containers": plain})).unwrap().host_users);
+        for host in ["hostNetwork", "hostPID", "hostIPC"] {
+            let err =
+                with(json!({"hostUsers": false, host: true, "containers": plain})).unwrap_err();
+            assert!(err.to_string().contains(&format!("spec.{host}")), "{err}");
+            assert!(with(json!({"hostUsers": true, host: true, "containers": plain})).is_ok());
+        }
+        let err = with(json!({"containers": [{"name": "c", "image": "b", "securityContext": {"procMount": "Masked"}}]})).unwrap_err();
+        assert!(err.to_string().contains("unknown value"), "{err}");
     }
 
     #[test]

@@ -13,11 +13,13 @@ pub mod sandbox;
 pub mod seccomp;
 pub mod spec;
 pub mod sub_path;
+pub mod userns;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use self::runc::{Runtime, RuntimeError};
+use self::userns::{PodUserNs, UsernsError};
 use crate::mount::{self, MountError};
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,8 @@ pub enum BundleError {
     Runtime(#[from] RuntimeError),
     #[error(transparent)]
     State(#[from] crate::state::StateError),
+    #[error(transparent)]
+    UserNamespace(#[from] UsernsError),
 }
 
 /// A container's bundle directory: `config.json`, the overlay's `upper`
@@ -54,16 +58,40 @@ impl Bundle {
     }
 
     /// Mounts the image's layers with a fresh writable layer as the rootfs.
-    pub fn mount_rootfs(&self, layers: &[PathBuf]) -> Result<PathBuf, BundleError> {
+    /// In a pod's own user namespace, the layers are seen through ID-mapped
+    /// mounts and the writable layer is its root's, so that the rootfs is
+    /// as the image has it, with the pod's root as root.
+    pub fn mount_rootfs(
+        &self,
+        layers: &[PathBuf],
+        user_ns: Option<&PodUserNs>,
+    ) -> Result<PathBuf, BundleError> {
         let (upper, work, rootfs) = (self.dir.join("upper"), self.dir.join("work"), self.rootfs());
+        let io_at = |path: &Path| {
+            let path = path.to_owned();
+            move |source| BundleError::Io { path, source }
+        };
         for dir in [&upper, &work, &rootfs] {
-            fs::create_dir_all(dir).map_err(|source| BundleError::Io {
-                path: dir.clone(),
-                source,
-            })?;
+            fs::create_dir_all(dir).map_err(io_at(dir))?;
         }
-        if !mount::is_mounted(&rootfs) {
-            mount::overlay(layers, &upper, &work, &rootfs)?;
+        if mount::is_mounted(&rootfs) {
+            return Ok(rootfs);
+        }
+        match user_ns {
+            None => mount::overlay(layers, &upper, &work, &rootfs)?,
+            Some(user_ns) => {
+                let mut lowers = Vec::with_capacity(layers.len());
+                for layer in layers {
+                    let name = layer.file_name().unwrap_or_default().to_string_lossy();
+                    lowers.push(user_ns.mapped("layers", &name, layer)?);
+                }
+                let root = user_ns.range.host(0);
+                std::os::unix::fs::chown(&upper, Some(root), Some(root)).map_err(io_at(&upper))?;
+                for dir in [self.dir.parent().unwrap_or(&self.dir), &self.dir] {
+                    userns::allow_traversal(dir)?;
+                }
+                mount::overlay(&lowers, &upper, &work, &rootfs)?;
+            }
         }
         Ok(rootfs)
     }
@@ -138,7 +166,7 @@ mod tests {
             ],
         );
         let bundle = Bundle::new(&dir.0, "c1");
-        let rootfs = bundle.mount_rootfs(&[lower, upper]).unwrap();
+        let rootfs = bundle.mount_rootfs(&[lower, upper], None).unwrap();
         let listed = |p: &str| {
             let mut names: Vec<String> = std::fs::read_dir(rootfs.join(p))
                 .unwrap()

@@ -24,9 +24,16 @@ use crate::mount;
 const NAMESPACE: &str = "pid";
 const PID_FILE: &str = "pid.pause";
 
-/// Entry point of `nanolet pause`: prints the host pid of the namespace's
-/// init and leaves it running. Must run before any thread is started.
-pub fn run() -> io::Result<()> {
+/// Entry point of `nanolet pause [user namespace]`: prints the host pid of
+/// the namespace's init and leaves it running. With a user namespace (a pod
+/// with `hostUsers: false`), the PID namespace is that namespace's, which
+/// the pod's containers, inside it, can only then join. Must run before any
+/// thread is started.
+pub fn run(user_ns: Option<&Path>) -> io::Result<()> {
+    if let Some(path) = user_ns {
+        let file = fs::File::open(path)?;
+        nix::sched::setns(file, CloneFlags::CLONE_NEWUSER).map_err(io::Error::from)?;
+    }
     unshare(CloneFlags::CLONE_NEWPID).map_err(io::Error::from)?;
     // Safety: `nanolet pause` is single-threaded.
     let child = match unsafe { fork() }.map_err(io::Error::from)? {
@@ -72,7 +79,11 @@ fn init() -> ! {
 /// Makes sure the pod's PID namespace is held by a live `nanolet pause`,
 /// starting one when there is none (a new pod, a reboot, or a pause that
 /// was killed, which took the pod's processes with it); true if it did.
-pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<bool, SandboxError> {
+pub async fn ensure(
+    ns_dir: &Path,
+    executable: &Path,
+    user_ns: Option<&Path>,
+) -> Result<bool, SandboxError> {
     if alive(ns_dir) {
         return Ok(false);
     }
@@ -86,6 +97,7 @@ pub async fn ensure(ns_dir: &Path, executable: &Path) -> Result<bool, SandboxErr
     let fail = |message: String| SandboxError::Namespace(format!("pause: {message}"));
     let mut child = async_process::Command::new(executable)
         .arg("pause")
+        .args(user_ns)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

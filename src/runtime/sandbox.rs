@@ -14,6 +14,7 @@ use nix::sched::{CloneFlags, unshare};
 use super::cni::{self, Attachment, Cni, CniError};
 use super::pause;
 use super::spec::PodPaths;
+use super::userns::{self, PodUserNs, UsernsError};
 use crate::mount::{self, MountError};
 use crate::pod::{DnsConfig, DnsPolicy, HostPathKind, Pod, VolumeSource};
 
@@ -29,6 +30,8 @@ pub enum SandboxError {
     Namespace(String),
     #[error(transparent)]
     Network(#[from] CniError),
+    #[error(transparent)]
+    UserNamespace(#[from] UsernsError),
     #[error(
         "hostPort needs a CNI network with the portmap plugin, and {0} has no network configuration"
     )]
@@ -181,18 +184,44 @@ pub async fn create(
     let ns_dir = pod_dir.join("ns");
     fs::create_dir_all(&ns_dir).map_err(io_at(&ns_dir))?;
     let kinds = own_namespaces(pod);
-    let missing: Vec<&'static str> = kinds
-        .iter()
-        .copied()
-        .filter(|k| !mount::is_mounted(&ns_dir.join(k)))
-        .collect();
-    let new_net = missing.contains(&"net");
-    let new_namespaces = !missing.is_empty();
-    if !missing.is_empty() {
-        make_namespaces(ns_dir.clone(), pod.hostname.clone(), missing).await?;
-    }
+    let user_ns = (!pod.host_users)
+        .then(|| user_namespace(pod_dir))
+        .transpose()?;
+    let (new_net, new_namespaces) = match &user_ns {
+        Some(user_ns) => {
+            let whole = userns::KINDS
+                .iter()
+                .all(|k| mount::is_mounted(&ns_dir.join(k)));
+            if !whole {
+                // A pause in the namespaces' old user namespace could not
+                // be joined from the new one.
+                pause::stop(&ns_dir)?;
+                userns::create(&ns_dir, user_ns.range, &pod.hostname, executable).await?;
+            }
+            (!whole, !whole)
+        }
+        None => {
+            let missing: Vec<&'static str> = kinds
+                .iter()
+                .copied()
+                .filter(|k| !mount::is_mounted(&ns_dir.join(k)))
+                .collect();
+            let new_net = missing.contains(&"net");
+            let new_namespaces = !missing.is_empty();
+            if !missing.is_empty() {
+                make_namespaces(ns_dir.clone(), pod.hostname.clone(), missing).await?;
+            }
+            (new_net, new_namespaces)
+        }
+    };
     let ns_path = |kind: &str| kinds.contains(&kind).then(|| ns_dir.join(kind));
-    let new_pause = pod.share_process_namespace && pause::ensure(&ns_dir, executable).await?;
+    let new_pause = pod.share_process_namespace
+        && pause::ensure(
+            &ns_dir,
+            executable,
+            user_ns.as_ref().map(|u| u.path.as_path()),
+        )
+        .await?;
     // A pod on the host's namespaces has nothing that shows a reboot but
     // the boot id.
     let rebooted = new_boot(&ns_dir)?;
@@ -285,17 +314,52 @@ pub async fn create(
         };
         volumes.push((volume.name.clone(), path));
     }
+    let (hosts, resolv_conf, hostname) = match &user_ns {
+        // What the agent writes, the pod's root owns.
+        Some(user_ns) => {
+            let etc = user_ns.mapped("pod", "etc", &etc)?;
+            for (name, path) in &mut volumes {
+                *path = user_ns.mapped("volumes", name, path)?;
+            }
+            (
+                etc.join("hosts"),
+                etc.join("resolv.conf"),
+                etc.join("hostname"),
+            )
+        }
+        None => (hosts, resolv_conf, hostname),
+    };
     Ok(PodPaths {
         net_ns: ns_path("net"),
         uts_ns: ns_path("uts"),
         ipc_ns: ns_path("ipc"),
         pid_ns: pod.share_process_namespace.then(|| ns_dir.join("pid")),
+        user_ns,
         recreated,
         hosts,
         resolv_conf,
         hostname,
         volumes,
         pod_ips,
+    })
+}
+
+/// The pod's user namespace as its containers use it: its IDs (given once,
+/// kept in the pod's dir), and the state dirs down to the pod's opened to
+/// the pod's root, which runc needs to reach the rootfs through them.
+fn user_namespace(pod_dir: &Path) -> Result<PodUserNs, SandboxError> {
+    let pods_dir = pod_dir.parent().unwrap_or(Path::new("/"));
+    let range = match userns::recorded(pod_dir)? {
+        Some(range) => range,
+        None => userns::allocate(pods_dir, pod_dir, userns::Pool::of_host()?)?,
+    };
+    for dir in pod_dir.ancestors().take(3) {
+        userns::allow_traversal(dir)?;
+    }
+    Ok(PodUserNs {
+        path: pod_dir.join("ns").join("user"),
+        range,
+        pod_dir: pod_dir.to_owned(),
     })
 }
 
@@ -485,7 +549,7 @@ fn namespaces_on_this_thread(
 }
 
 /// `ip link set lo up` in the current network namespace.
-fn loopback_up() -> io::Result<()> {
+pub(super) fn loopback_up() -> io::Result<()> {
     let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if sock < 0 {
         return Err(io::Error::last_os_error());
@@ -521,7 +585,7 @@ pub async fn teardown(pod_dir: &Path, network: &Cni) -> Result<(), SandboxError>
         Err(e) => network.park(pod_dir).and(Err(e)),
     };
     pause::stop(&pod_dir.join("ns"))?;
-    for kind in ["net", "uts", "ipc"] {
+    for kind in ["net", "uts", "ipc", "user"] {
         let path = pod_dir.join("ns").join(kind);
         mount::unmount(&path)?;
         let _ = fs::remove_file(&path);

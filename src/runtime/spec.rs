@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::seccomp;
+use super::userns::{self, PodUserNs};
 use crate::cgroup;
 use crate::image::manifest::RunConfig;
 use crate::pod::{AppArmorProfile, Container, Pod, QosClass, SeccompProfile};
@@ -111,6 +112,10 @@ pub struct Linux {
     pub namespaces: Vec<Namespace>,
     pub resources: Resources,
     pub cgroups_path: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uid_mappings: Vec<IdMapping>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gid_mappings: Vec<IdMapping>,
     pub masked_paths: Vec<&'static str>,
     pub readonly_paths: Vec<&'static str>,
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -120,6 +125,16 @@ pub struct Linux {
     /// Device nodes created in the container's /dev (privileged: the host's).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq, Clone, Copy)]
+#[serde(rename_all = "camelCase")]
+pub struct IdMapping {
+    #[serde(rename = "containerID")]
+    pub container_id: u32,
+    #[serde(rename = "hostID")]
+    pub host_id: u32,
+    pub size: u32,
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -304,6 +319,8 @@ pub struct PodPaths {
     pub ipc_ns: Option<PathBuf>,
     /// The PID namespace of `nanolet pause`, with shareProcessNamespace.
     pub pid_ns: Option<PathBuf>,
+    /// The pod's own user namespace (`hostUsers: false`).
+    pub user_ns: Option<PodUserNs>,
     /// The sandbox is new (first start, reboot, lost namespaces): whatever
     /// ran before ran in another one.
     pub recreated: bool,
@@ -615,6 +632,21 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         kind: "mount",
         path: None,
     }];
+    // Joined first by the runtime: the namespaces below are its.
+    let id_mappings: Vec<IdMapping> = match &paths.user_ns {
+        Some(user_ns) => {
+            namespaces.push(Namespace {
+                kind: "user",
+                path: Some(user_ns.path.clone()),
+            });
+            vec![IdMapping {
+                container_id: 0,
+                host_id: user_ns.range.host_id,
+                size: userns::IDS_PER_POD,
+            }]
+        }
+        None => Vec::new(),
+    };
     if !pod.host_pid {
         namespaces.push(Namespace {
             kind: "pid",
@@ -664,6 +696,8 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
     };
     let caps = capabilities(&container.security);
     let privileged = container.security.privileged;
+    // procMount Unmasked: /proc as the kernel has it, as containerd does.
+    let unmasked = privileged || container.security.proc_unmasked;
     // Privileged containers run without seccomp, whatever they name.
     let seccomp = match &container.security.seccomp {
         _ if privileged => None,
@@ -715,12 +749,14 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             namespaces,
             resources,
             cgroups_path: input.cgroups_path.clone(),
-            masked_paths: if privileged {
+            uid_mappings: id_mappings.clone(),
+            gid_mappings: id_mappings,
+            masked_paths: if unmasked {
                 Vec::new()
             } else {
                 MASKED_PATHS.to_vec()
             },
-            readonly_paths: if privileged {
+            readonly_paths: if unmasked {
                 Vec::new()
             } else {
                 READONLY_PATHS.to_vec()
