@@ -67,9 +67,11 @@ fn pods_get_addresses_reach_each_other_publish_host_ports_and_release_them() {
     let serve = "mkdir -p /www && echo hello-from-server > /www/index.html && exec /bin/busybox httpd -f -p 80 -h /www";
     agent.write_manifest(
         "server.yaml",
+        // In a user namespace of its own: the network's plugins reach a
+        // network namespace that namespace owns, and its root binds port 80.
         &pod_yaml(
             "server",
-            "  terminationGracePeriodSeconds: 2\n",
+            "  terminationGracePeriodSeconds: 2\n  hostUsers: false\n",
             &format!(
                 "  - name: web\n    image: {image}\n    command: [sh, -c, {serve:?}]\n    ports:\n    - {{containerPort: 80, hostPort: 8080}}\n    readinessProbe: {{tcpSocket: {{port: 80}}, periodSeconds: 1}}\n"
             ),

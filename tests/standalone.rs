@@ -1785,7 +1785,7 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
     use std::os::unix::fs::MetadataExt;
     let registry = Registry::start();
     let image = busybox(&registry);
-    let agent = Agent::start(&registry);
+    let mut agent = Agent::start(&registry);
     // What a container sees of its IDs, the image's files, the files the
     // agent writes, and the masking of /proc.
     let looker = "cat /proc/self/uid_map /proc/self/gid_map; \
@@ -1897,6 +1897,30 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
         .collect();
     assert_eq!(written.len(), 1);
     assert_eq!(fs::metadata(&written[0]).unwrap().uid(), first);
+    assert_eq!(
+        fs::metadata(pod_dir.join("volumes/data/by-root"))
+            .unwrap()
+            .uid(),
+        0
+    );
+
+    // After a power cut, the pod is back in namespaces made anew with the
+    // IDs it had, and its disk volume's files are still root's.
+    agent.power_cut();
+    agent.spawn();
+    let logs = agent.wait_for("the looker's second report", T, |a| {
+        let logs = a.logs("default/userns", Some("looker"));
+        (restarts(a, "userns", "looker") >= 1 && logs.contains("pid1=")).then_some(logs)
+    });
+    let map_lines = logs
+        .lines()
+        .filter(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == map_line)
+        .count();
+    assert_eq!(map_lines, 2, "{logs}");
+    assert!(
+        logs.contains("wrote-etc") && logs.contains("wrote-volume"),
+        "{logs}"
+    );
     assert_eq!(
         fs::metadata(pod_dir.join("volumes/data/by-root"))
             .unwrap()
