@@ -2,6 +2,8 @@
 //! (overlayfs), namespace bind mounts and volume bind mounts. Teardown is
 //! idempotent: unmounting what is not mounted succeeds.
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -92,59 +94,15 @@ pub fn bind(source: &Path, target: &Path) -> Result<(), MountError> {
 /// mount of one): what is owned by 0 on disk shows as owned by the
 /// namespace's root. Needs kernel 5.12, and a filesystem that supports it.
 pub fn bind_idmapped(source: &Path, target: &Path, user_ns: &Path) -> Result<(), MountError> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-    let fail = |what: &'static str, path: &Path| MountError {
-        what,
-        path: path.to_owned(),
-        source: Errno::last(),
-    };
-    let c_path = |path: &Path| {
-        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| MountError {
-            what: "a NUL byte in",
-            path: path.to_owned(),
-            source: Errno::EINVAL,
-        })
-    };
-    let (source_c, target_c, ns_c) = (c_path(source)?, c_path(target)?, c_path(user_ns)?);
-    // Safety: plain syscalls on NUL-terminated paths; every fd returned is
-    // owned right away.
-    let ns = unsafe { libc::open(ns_c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if ns < 0 {
-        return Err(fail("opening user namespace", user_ns));
-    }
-    let ns = unsafe { OwnedFd::from_raw_fd(ns) };
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            source_c.as_ptr(),
-            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
-        )
-    };
-    if tree < 0 {
-        return Err(fail("cloning the mount of", source));
-    }
-    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_IDMAP,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: ns.as_raw_fd() as u64,
-    };
-    let set = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if set < 0 {
-        return Err(fail("ID-mapping the mount of", source));
-    }
+    let ns = std::fs::File::open(user_ns).map_err(|e| MountError {
+        what: "opening user namespace",
+        path: user_ns.to_owned(),
+        source: io_errno(&e),
+    })?;
+    let tree = open_tree(source)?;
+    idmap(&tree, ns.as_fd(), source)?;
+    let target_c = c_path(target)?;
+    // Safety: a plain syscall on an owned fd and a NUL-terminated path.
     let moved = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
@@ -156,9 +114,116 @@ pub fn bind_idmapped(source: &Path, target: &Path, user_ns: &Path) -> Result<(),
         )
     };
     if moved < 0 {
-        return Err(fail("attaching an ID-mapped mount on", target));
+        return Err(last_error("attaching an ID-mapped mount on", target));
     }
     Ok(())
+}
+
+/// Whether the filesystem at `dir`, and tmpfs, can be ID-mapped into the
+/// user namespace `user_ns`: tried on detached mounts, which vanish with
+/// their fds, so nothing is left mounted.
+pub fn can_idmap(dir: &Path, user_ns: BorrowedFd) -> Result<(), MountError> {
+    idmap(&open_tree(dir)?, user_ns, dir)?;
+    let tmpfs = Path::new("tmpfs");
+    // Safety: plain syscalls on NUL-terminated strings; every fd returned
+    // is owned right away.
+    let context =
+        unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), libc::FSOPEN_CLOEXEC) };
+    if context < 0 {
+        return Err(last_error("opening a new", tmpfs));
+    }
+    let context = unsafe { OwnedFd::from_raw_fd(context as i32) };
+    let created = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            context.as_raw_fd(),
+            libc::FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if created < 0 {
+        return Err(last_error("creating a new", tmpfs));
+    }
+    let mounted = unsafe {
+        libc::syscall(
+            libc::SYS_fsmount,
+            context.as_raw_fd(),
+            libc::FSMOUNT_CLOEXEC,
+            0,
+        )
+    };
+    if mounted < 0 {
+        return Err(last_error("mounting a new", tmpfs));
+    }
+    let mounted = unsafe { OwnedFd::from_raw_fd(mounted as i32) };
+    idmap(&mounted, user_ns, tmpfs)
+}
+
+/// A detached copy of the mount at `source`.
+fn open_tree(source: &Path) -> Result<OwnedFd, MountError> {
+    let source_c = c_path(source)?;
+    // Safety: a plain syscall on a NUL-terminated path; the fd returned is
+    // owned right away.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            source_c.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
+        )
+    };
+    if tree < 0 {
+        return Err(last_error("cloning the mount of", source));
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(tree as i32) })
+}
+
+/// Gives the detached mount `tree` (of `source`) the ID mapping of
+/// `user_ns`.
+fn idmap(tree: &OwnedFd, user_ns: BorrowedFd, source: &Path) -> Result<(), MountError> {
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: user_ns.as_raw_fd() as u64,
+    };
+    // Safety: a plain syscall on owned fds and a struct of the size given.
+    let set = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if set < 0 {
+        return Err(last_error("ID-mapping the mount of", source));
+    }
+    Ok(())
+}
+
+fn c_path(path: &Path) -> Result<std::ffi::CString, MountError> {
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| MountError {
+        what: "a NUL byte in",
+        path: path.to_owned(),
+        source: Errno::EINVAL,
+    })
+}
+
+fn last_error(what: &'static str, path: &Path) -> MountError {
+    MountError {
+        what,
+        path: path.to_owned(),
+        source: Errno::last(),
+    }
+}
+
+fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// Detaches whatever is mounted at `target`; nothing mounted (or no such

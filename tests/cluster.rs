@@ -115,6 +115,12 @@ fn node_registers_runs_pods_and_deletes_them() {
     );
     assert!(info["kubeletVersion"].as_str().unwrap().starts_with("v1."));
     assert!(!info["bootID"].as_str().unwrap().is_empty());
+    // This machine's disk can be ID-mapped: pods may have user namespaces.
+    assert_eq!(
+        node["status"]["runtimeHandlers"],
+        serde_json::json!([{"name": "", "features": {"recursiveReadOnlyMounts": false, "userNamespaces": true}}]),
+        "{node:#}"
+    );
     assert_eq!(node["status"]["capacity"]["pods"], "110");
     assert!(node["status"]["allocatable"]["memory"].is_string());
     let conditions: Vec<&str> = node["status"]["conditions"]

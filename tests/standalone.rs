@@ -2025,6 +2025,22 @@ fn check_reports_what_the_node_offers() {
         text.contains("pods off the host network get loopback only"),
         "{text}"
     );
+    // User namespaces, tried for real: ID-mapped mounts work on this
+    // machine's disk, and not on procfs.
+    let state = dir.path().join("state");
+    let on_disk = check(&["--state-dir", state.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&on_disk.stdout).into_owned();
+    assert!(
+        text.contains("ok    user ns") && text.contains("hostUsers: false can run"),
+        "{text}"
+    );
+    let on_proc = check(&["--state-dir", "/proc/no-such-dir"]);
+    let text = String::from_utf8_lossy(&on_proc.stdout).into_owned();
+    assert!(on_proc.status.success(), "{text}");
+    assert!(
+        text.contains("hostUsers: false are refused: ID-mapping the mount of /proc"),
+        "{text}"
+    );
     // A network whose plugin is nowhere, and a runtime that is not there.
     fs::write(
         cni.join("10-x.conflist"),

@@ -312,8 +312,17 @@ pub async fn run(
     let mut mirrors: Option<Rc<mirror::MirrorManager>> = None;
     if let Some((api, pods, changed, status)) = cluster {
         let api_for_mirrors = api.clone();
-        let facts =
+        let mut facts =
             node::NodeFacts::gather(&ctx, format!("{}://{version}", ctx.config.runtime.name()));
+        let (state_dir, executable) =
+            (ctx.config.state_dir.clone(), ctx.monitor.executable.clone());
+        let user_namespaces =
+            crate::helpers::unblock(move || crate::runtime::userns::probe(&state_dir, &executable))
+                .await;
+        if let Err(why) = &user_namespaces {
+            log::info!("pods with hostUsers: false cannot run on this node: {why}");
+        }
+        facts.user_namespaces = user_namespaces.is_ok();
         // The kubelet API: how the API server reaches this node for logs.
         let authority = crate::server::auth::Authority::new(
             ctx.config.api_auth.clone(),

@@ -35,6 +35,8 @@ pub struct NodeFacts {
     pub cpus: u64,
     pub memory: u64,
     pub internal_ip: Option<IpAddr>,
+    /// Whether pods with `hostUsers: false` can run (`userns::probe`).
+    pub user_namespaces: bool,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -68,6 +70,7 @@ impl NodeFacts {
             cpus: crate::cgroup::cpu_capacity(),
             memory: ctx.memory_capacity,
             internal_ip: ctx.host_ip,
+            user_namespaces: false,
         }
     }
 }
@@ -331,6 +334,14 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
             system_uuid: facts.system_uuid.clone(),
             ..Default::default()
         }),
+        // The one handler, the default: the configured runtime.
+        runtime_handlers: Some(vec![core::NodeRuntimeHandler {
+            name: Some(String::new()),
+            features: Some(core::NodeRuntimeHandlerFeatures {
+                recursive_read_only_mounts: Some(false),
+                user_namespaces: Some(facts.user_namespaces),
+            }),
+        }]),
         ..Default::default()
     }
 }

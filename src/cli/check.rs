@@ -100,6 +100,22 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
     };
     line(true, "apparmor", apparmor)?;
 
+    // Only pods asking for one need it.
+    let user_namespaces = std::env::current_exe()
+        .map_err(|e| format!("own executable: {e}"))
+        .and_then(|exe| crate::runtime::userns::probe(&config.state_dir, &exe));
+    line(
+        true,
+        "user ns",
+        match user_namespaces {
+            Ok(()) => format!(
+                "ID-mapped mounts work on {} and tmpfs: pods with hostUsers: false can run",
+                config.state_dir.display()
+            ),
+            Err(why) => format!("pods with hostUsers: false are refused: {why}"),
+        },
+    )?;
+
     let cni = Cni {
         conf_dir: config.cni_conf_dir.clone(),
         bin_dirs: config.cni_bin_dirs.clone(),

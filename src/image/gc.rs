@@ -9,7 +9,7 @@
 //! deletes.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -201,13 +201,7 @@ impl ImageService {
         protected.extend(
             crate::mount::overlay_lower_dirs()
                 .iter()
-                .filter(|d| {
-                    d.parent().is_some_and(|p| {
-                        p == layers_root || p.ends_with(crate::runtime::userns::MAPPED_LAYERS)
-                    })
-                })
-                .filter_map(|d| d.file_name())
-                .map(|hex| format!("sha256:{}", hex.to_string_lossy())),
+                .filter_map(|d| layer_of_lower_dir(d, &layers_root)),
         );
         let moved =
             self.store
@@ -237,6 +231,15 @@ fn older_than(at: Timestamp, age: Duration, now: Timestamp) -> bool {
     now.duration_since(at).unsigned_abs() >= age && at <= now
 }
 
+/// The layer an overlay's lower dir is: the store's own dir, or a pod's
+/// ID-mapped mount of it (named as the layer, see `userns::MAPPED_LAYERS`).
+fn layer_of_lower_dir(dir: &Path, layers_root: &Path) -> Option<String> {
+    let parent = dir.parent()?;
+    let ours = parent == layers_root || parent.ends_with(crate::runtime::userns::MAPPED_LAYERS);
+    let hex = dir.file_name()?.to_string_lossy();
+    ours.then(|| format!("sha256:{hex}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +258,22 @@ mod tests {
 
     fn refs(v: &[&ImageRecord]) -> Vec<String> {
         v.iter().map(|r| r.reference.clone()).collect()
+    }
+
+    #[test]
+    fn lower_dirs_name_their_layers_also_through_a_pods_id_mapped_mounts() {
+        let root = Path::new("/s/images/layers/sha256");
+        let of = |dir: &str| layer_of_lower_dir(Path::new(dir), root);
+        assert_eq!(
+            of("/s/images/layers/sha256/ab").as_deref(),
+            Some("sha256:ab")
+        );
+        assert_eq!(
+            of("/s/pods/u/idmapped/layers/cd").as_deref(),
+            Some("sha256:cd")
+        );
+        assert_eq!(of("/s/pods/u/idmapped/volumes/cd"), None);
+        assert_eq!(of("/elsewhere/ef"), None);
     }
 
     #[test]

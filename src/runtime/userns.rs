@@ -282,6 +282,46 @@ pub fn run(hostname: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether pods with `hostUsers: false` can run here: `dir` (where the
+/// layers and disk volumes are) and tmpfs (memory volumes, Secrets) must
+/// allow ID-mapped mounts, which a throwaway user namespace from
+/// `nanolet userns` tries. The error says what failed. Blocks (a process):
+/// not for the loop.
+pub fn probe(dir: &Path, executable: &Path) -> Result<(), String> {
+    let mut child = std::process::Command::new(executable)
+        .args(["userns", "probe"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", executable.display()))?;
+    let mut line = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        let _ = io::BufRead::read_line(&mut io::BufReader::new(stdout), &mut line);
+    }
+    // The kernel maps no mount into a namespace without mappings.
+    let pid = child.id();
+    let map = format!("0 {IDS_PER_POD} {IDS_PER_POD}\n");
+    let ns = (line.trim() == "ready")
+        .then(|| {
+            fs::write(format!("/proc/{pid}/uid_map"), &map)?;
+            fs::write(format!("/proc/{pid}/gid_map"), &map)?;
+            fs::File::open(format!("/proc/{pid}/ns/user"))
+        })
+        .transpose();
+    drop(child.stdin.take());
+    let _ = child.wait();
+    // A state dir not made yet would be made on its parent's filesystem.
+    let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
+    match ns {
+        Ok(Some(ns)) => {
+            mount::can_idmap(existing, std::os::fd::AsFd::as_fd(&ns)).map_err(|e| e.to_string())
+        }
+        Ok(None) => Err("no user namespace could be made".into()),
+        Err(e) => Err(format!("mapping the user namespace: {e}")),
+    }
+}
+
 /// Makes the pod's user namespace and the namespaces it owns (see
 /// [`run`]), mapped to `range`, bound at `ns_dir/<kind>` for [`KINDS`].
 /// What was bound before is unbound first: the four belong together.
