@@ -40,6 +40,7 @@ struct KubeletConfigurationDoc {
     file_check_frequency: Option<String>,
     max_pods: Option<u32>,
     pod_pids_limit: Option<i64>,
+    oom_score_adj: Option<i32>,
     register_node: Option<bool>,
     #[serde(default)]
     register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
@@ -208,6 +209,9 @@ pub struct Config {
     pub max_pods: u32,
     /// pids.max of each pod's cgroup (podPidsLimit; unlimited if none).
     pub pod_pids_limit: Option<i64>,
+    /// The agent's own oom_score_adj (oomScoreAdj), which its monitors
+    /// inherit.
+    pub oom_score_adj: i32,
     pub state_dir: PathBuf,
     pub runtime: RuntimeKind,
     pub runtime_path: PathBuf,
@@ -540,6 +544,7 @@ impl Default for Config {
             file_check_frequency: Duration::from_secs(20),
             max_pods: 110,
             pod_pids_limit: None,
+            oom_score_adj: -999,
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
             runtime: RuntimeKind::Runc,
             runtime_path: PathBuf::from("runc"),
@@ -795,6 +800,14 @@ impl Config {
                 .map_err(|e| invalid(format!("fileCheckFrequency: {e}")))?;
         }
         config.pod_pids_limit = kubelet.pod_pids_limit.filter(|p| *p > 0);
+        if let Some(adj) = kubelet.oom_score_adj {
+            if !(-1000..=1000).contains(&adj) {
+                return Err(invalid(format!(
+                    "oomScoreAdj: {adj} is not within -1000..1000"
+                )));
+            }
+            config.oom_score_adj = adj;
+        }
         if let Some(max) = kubelet.max_pods {
             config.max_pods = max;
         }
@@ -1087,6 +1100,17 @@ impl Config {
             "insecure-registry" => self.insecure_registries.push(value.into()),
             "docker-config" => self.docker_config = Some(value.into()),
             "cni-conf-dir" => self.cni_conf_dir = value.into(),
+            "oom-score-adj" => {
+                self.oom_score_adj = value
+                    .parse()
+                    .ok()
+                    .filter(|adj| (-1000..=1000).contains(adj))
+                    .ok_or_else(|| {
+                        ConfigError::Flag(format!(
+                            "--oom-score-adj: {value:?} is not an integer within -1000..1000"
+                        ))
+                    })?;
+            }
             "pod-max-pids" => {
                 let limit: i64 = value.parse().map_err(|_| {
                     ConfigError::Flag(format!("--pod-max-pids: {value:?} is not an integer"))
@@ -1182,6 +1206,11 @@ mod tests {
         );
         assert!(Config::parse("kind: Other\n", Path::new("c")).is_err());
         assert!(Config::parse("a: [\n", Path::new("c")).is_err());
+        assert_eq!(Config::default().oom_score_adj, -999);
+        let c = Config::parse("oomScoreAdj: -500\n", Path::new("c")).unwrap();
+        assert_eq!(c.oom_score_adj, -500);
+        let err = Config::parse("oomScoreAdj: -1001\n", Path::new("c")).unwrap_err();
+        assert!(err.to_string().contains("oomScoreAdj"), "{err}");
     }
 
     #[test]

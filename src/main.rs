@@ -55,6 +55,7 @@ Flags of `run` (override the config file):
   --docker-config FILE       the node's registry credentials (Docker config.json;
                              default: <state>/config.json, ~/.docker/config.json)
   --pod-max-pids N           pids.max of every pod (podPidsLimit; -1 unlimited)
+  --oom-score-adj N          the agent's own oom_score_adj (oomScoreAdj; -999)
   -v, --verbose              debug logging (or RUST_LOG)
 ";
 
@@ -156,9 +157,17 @@ fn cmd_check(parser: lexopt::Parser) -> anyhow::Result<()> {
 #[inline(never)]
 fn cmd_run(parser: lexopt::Parser) -> anyhow::Result<()> {
     let (config, verbose) = parse_run_flags(parser)?;
+    // Before the launcher, which inherits it.
+    let own_score = nanolet::runtime::oom_score::set_own(config.oom_score_adj);
     // Safety: no thread has been started yet.
     let launcher = unsafe { monitor::launcher::spawn() };
     init_logging(verbose);
+    if let Err(e) = own_score {
+        log::warn!(
+            "setting the agent's oom_score_adj to {}: {e}",
+            config.oom_score_adj
+        );
+    }
     let launcher = launcher
         .map_err(|e| log::warn!("no monitor launcher ({e}): monitors are exec'd"))
         .ok();

@@ -121,6 +121,25 @@ fn pod_qos_and_container_cgroups_carry_upstream_values() {
     agent.wait_for("the Burstable weight lowered", T, |_| {
         (read(&burstable, "cpu.weight") == "10").then_some(())
     });
+
+    // oom_score_adj: the agent's own as upstream's kubelet's, and a
+    // Guaranteed container's below the agent's monitors' default.
+    let score = |pid: u32| read(Path::new(&format!("/proc/{pid}")), "oom_score_adj");
+    assert_eq!(score(agent.pid().unwrap()), "-999");
+    agent.write_manifest(
+        "guaranteed.yaml",
+        &pod_yaml(
+            "guaranteed",
+            "  terminationGracePeriodSeconds: 1\n",
+            &format!(
+                "  - name: c\n    image: {image}\n    command: [sleep, '3601']\n    resources:\n      limits: {{cpu: 100m, memory: 32Mi}}\n"
+            ),
+        ),
+    );
+    agent.wait_running("guaranteed");
+    let sleeper = common::processes_running(&["sleep", "3601"]);
+    assert_eq!(sleeper.len(), 1, "{sleeper:?}");
+    assert_eq!(score(sleeper[0]), "-997");
 }
 
 #[test]

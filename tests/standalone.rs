@@ -1760,24 +1760,10 @@ fn shared_process_namespace_has_pause_as_pid_1_and_outlives_its_loss() {
 }
 
 /// The host uid of a process, from /proc.
-fn host_uid(pid: &str) -> Option<u32> {
+fn host_uid(pid: u32) -> Option<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Pids whose command line is exactly `args`.
-fn pids_running(args: &[&str]) -> Vec<String> {
-    let wanted: Vec<u8> = args
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|pid| fs::read(format!("/proc/{pid}/cmdline")).ok().as_deref() == Some(&wanted[..]))
-        .collect()
 }
 
 #[test]
@@ -1809,16 +1795,45 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
             ),
         ),
     );
+    // A Guaranteed pod (its oom_score_adj lowered) of a user other than
+    // root, with a memory volume, a downwardAPI volume and an exec probe.
+    let reader = "echo id=$(id -u):$(id -g) name=$(cat /info/name) tmp=$(stat -c %u /mem); \
+        echo bye > /dev/termination-log; exec sleep 4245";
     agent.write_manifest(
         "userns2.yaml",
         &pod_yaml(
             "userns2",
-            "  hostUsers: false\n  terminationGracePeriodSeconds: 1\n",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '4245']\n"),
+            "  hostUsers: false\n  terminationGracePeriodSeconds: 1\n  securityContext: {runAsUser: 1000, runAsGroup: 3000}\n  volumes:\n  - {name: mem, emptyDir: {medium: Memory}}\n  - name: info\n    downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}\n",
+            &format!(
+                "  - name: c\n    image: {image}\n    command: [sh, -c, {reader:?}]\n    resources: {{limits: {{cpu: 100m, memory: 64Mi}}}}\n    readinessProbe: {{exec: {{command: [cat, /etc/hostname]}}, periodSeconds: 1}}\n    volumeMounts:\n    - {{name: mem, mountPath: /mem}}\n    - {{name: info, mountPath: /info}}\n"
+            ),
         ),
     );
     agent.wait_running("userns");
     agent.wait_running("userns2");
+    agent.wait_for("the probed container ready", T, |a| {
+        (a.container_status("userns2", "c")?["ready"] == true).then_some(())
+    });
+    let reader_logs = agent.logs("default/userns2", Some("c"));
+    assert!(
+        reader_logs.contains("id=1000:3000 name=userns2 tmp=0"),
+        "{reader_logs}"
+    );
+    let sleeper = common::processes_running(&["sleep", "4245"]);
+    assert_eq!(sleeper.len(), 1);
+    // Guaranteed's -997, set by runc from inside the namespace: possible
+    // as the agent gave itself -999 first. An agent without
+    // CAP_SYS_RESOURCE (as on these machines) has its own score instead,
+    // and gives none lower.
+    let score = |pid: u32| -> i32 {
+        fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let own = score(agent.pid().unwrap());
+    assert_eq!(score(sleeper[0]), (-997).max(own), "agent's own: {own}");
     let logs = agent.wait_for("the looker's report", T, |a| {
         let logs = a.logs("default/userns", Some("looker"));
         logs.contains("pid1=").then_some(logs)
@@ -1844,10 +1859,9 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
         .unwrap(),
     )
     .unwrap();
-    assert_ne!(
-        other["uidMappings"][0]["hostId"].as_u64().unwrap() as u32,
-        first
-    );
+    let other_first = other["uidMappings"][0]["hostId"].as_u64().unwrap() as u32;
+    assert_ne!(other_first, first);
+    assert_eq!(host_uid(sleeper[0]), Some(other_first + 1000));
 
     // Root inside is the range's first ID outside, for users and groups.
     let map_line = format!("0 {first} 65536");
@@ -1886,9 +1900,9 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
     // On the host: the processes run as the range's root, what root wrote
     // to the rootfs is the range's, and what it wrote to the volume is
     // root's on disk (the volume is ID-mapped, as upstream's are).
-    let pids = pids_running(&["sleep", "4243"]);
+    let pids = common::processes_running(&["sleep", "4243"]);
     assert_eq!(pids.len(), 1);
-    assert_eq!(host_uid(&pids[0]), Some(first));
+    assert_eq!(host_uid(pids[0]), Some(first));
     let written: Vec<_> = fs::read_dir(pod_dir.join("containers"))
         .unwrap()
         .flatten()

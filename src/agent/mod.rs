@@ -63,6 +63,8 @@ pub struct Context {
     pub monitor: MonitorSettings,
     pub cgroups: Hierarchy,
     pub memory_capacity: u64,
+    /// The lowest oom_score_adj containers can get (`oom_score::floor`).
+    pub oom_score_floor: Option<i32>,
     /// The node's InternalIP, for pods' hostIP (and podIP on the host
     /// network).
     pub host_ip: Option<std::net::IpAddr>,
@@ -184,7 +186,14 @@ pub async fn run(
         ),
         Err(e) => log::error!("{e}"),
     }
+    let oom_score_floor = crate::runtime::oom_score::floor();
+    if let Some(floor) = oom_score_floor {
+        log::warn!(
+            "no CAP_SYS_RESOURCE: containers get no oom_score_adj below the agent's own, {floor}"
+        );
+    }
     let ctx = Rc::new(Context {
+        oom_score_floor,
         cni,
         images: ImageService::new(
             registry,

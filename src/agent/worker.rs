@@ -1681,7 +1681,10 @@ impl Worker {
                 .iter()
                 .enumerate()
                 .map(|(i, m)| {
-                    let root = paths.volumes.iter().find(|(name, _)| *name == m.volume);
+                    let root = paths
+                        .volume_sources
+                        .iter()
+                        .find(|(name, _)| *name == m.volume);
                     match (&m.sub_path, root) {
                         (Some(sub), Some((_, root))) => {
                             let target = bundle.sub_path_target(i);
@@ -1703,6 +1706,7 @@ impl Worker {
                 cgroup_version: self.ctx.cgroups.version,
                 termination_log: Some(&termination_log),
                 memory_capacity: self.ctx.memory_capacity,
+                oom_score_floor: self.ctx.oom_score_floor,
                 seccomp_root: &self.ctx.layout.seccomp(),
                 pinned_sub_paths: &pinned_sub_paths,
                 apparmor_default: crate::runtime::apparmor::host().default_profile(),

@@ -6,6 +6,7 @@ pub mod attached_exec;
 pub mod cni;
 pub mod disk_usage;
 pub mod monitor_client;
+pub mod oom_score;
 pub mod pause;
 pub mod protocol;
 pub mod runc;

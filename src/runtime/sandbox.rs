@@ -314,11 +314,12 @@ pub async fn create(
         };
         volumes.push((volume.name.clone(), path));
     }
+    let mut volume_sources = volumes.clone();
     let (hosts, resolv_conf, hostname) = match &user_ns {
         // What the agent writes, the pod's root owns.
         Some(user_ns) => {
             let etc = user_ns.mapped("pod", "etc", &etc)?;
-            for (name, path) in &mut volumes {
+            for (name, path) in &mut volume_sources {
                 *path = user_ns.mapped("volumes", name, path)?;
             }
             (
@@ -340,6 +341,7 @@ pub async fn create(
         resolv_conf,
         hostname,
         volumes,
+        volume_sources,
         pod_ips,
     })
 }

@@ -327,8 +327,12 @@ pub struct PodPaths {
     pub hosts: PathBuf,
     pub resolv_conf: PathBuf,
     pub hostname: PathBuf,
-    /// Volume name → host directory or file.
+    /// Volume name → host directory or file, where the agent fills it.
     pub volumes: Vec<(String, PathBuf)>,
+    /// Volume name → what containers mount: the volume, or in a pod's own
+    /// user namespace its ID-mapped mount (which the agent, whose root
+    /// the mapping does not cover, cannot write through).
+    pub volume_sources: Vec<(String, PathBuf)>,
     /// The pod's addresses on its network (none on the host network or
     /// without a CNI network).
     pub pod_ips: Vec<std::net::IpAddr>,
@@ -511,6 +515,8 @@ pub struct SpecInput<'a> {
     /// The host file behind the container's terminationMessagePath.
     pub termination_log: Option<&'a Path>,
     pub memory_capacity: u64,
+    /// The lowest oom_score_adj the container can get, if there is one.
+    pub oom_score_floor: Option<i32>,
     /// Where Localhost seccomp profiles are.
     pub seccomp_root: &'a Path,
     /// For each of the container's mounts, where its subPath is pinned
@@ -607,7 +613,11 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         ));
     }
     for (i, m) in container.mounts.iter().enumerate() {
-        if let Some((_, root)) = paths.volumes.iter().find(|(name, _)| *name == m.volume) {
+        if let Some((_, root)) = paths
+            .volume_sources
+            .iter()
+            .find(|(name, _)| *name == m.volume)
+        {
             let source = match (&m.sub_path, input.pinned_sub_paths.get(i)) {
                 (Some(_), Some(Some(pinned))) => pinned.clone(),
                 (Some(sub), _) => {
@@ -727,7 +737,8 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
                 soft: NOFILE,
             }],
             no_new_privileges: container.no_new_privileges,
-            oom_score_adj: oom_score_adj(pod, container, input.memory_capacity),
+            oom_score_adj: oom_score_adj(pod, container, input.memory_capacity)
+                .max(input.oom_score_floor.unwrap_or(i32::MIN)),
             // As containerd: no profile named means the runtime's
             // default, which privileged containers run without.
             apparmor_profile: match &container.security.apparmor {

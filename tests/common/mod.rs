@@ -727,7 +727,23 @@ impl Agent {
 
 /// Processes whose command line (its arguments joined by spaces)
 /// contains `needle`.
-fn processes_whose_cmdline_contains(needle: &str) -> Vec<u32> {
+pub fn processes_whose_cmdline_contains(needle: &str) -> Vec<u32> {
+    processes_where(|raw| {
+        let line: Vec<u8> = raw.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
+        String::from_utf8_lossy(&line).contains(needle)
+    })
+}
+
+/// Processes whose arguments are exactly `args`.
+pub fn processes_running(args: &[&str]) -> Vec<u32> {
+    let wanted: Vec<u8> = args
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    processes_where(|raw| raw == wanted)
+}
+
+fn processes_where(cmdline_matches: impl Fn(&[u8]) -> bool) -> Vec<u32> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -735,10 +751,7 @@ fn processes_whose_cmdline_contains(needle: &str) -> Vec<u32> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| {
-                let line: Vec<u8> = raw.iter().map(|&b| if b == 0 { b' ' } else { b }).collect();
-                String::from_utf8_lossy(&line).contains(needle)
-            })
+            fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| cmdline_matches(&raw))
         })
         .collect()
 }
