@@ -1779,6 +1779,7 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
         echo passwd=$(stat -c %u:%g /etc/passwd) hosts=$(stat -c %u /etc/hosts); \
         touch /etc/written && echo wrote-etc; \
         echo hi > /data/by-root && echo wrote-volume; \
+        echo hi > /sub/file && echo wrote-sub-path=$(stat -c %u /sub); \
         echo proc-mounts=$(awk '$5 ~ \"^/proc/\"' /proc/self/mountinfo | wc -l); \
         echo pid1=$(tr '\\0' ' ' < /proc/1/cmdline); \
         exec sleep 4243";
@@ -1791,7 +1792,7 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
             "userns",
             spec,
             &format!(
-                "  - name: looker\n    image: {image}\n    command: [sh, -c, {looker:?}]\n    volumeMounts:\n    - name: data\n      mountPath: /data\n  - name: unmasked\n    image: {image}\n    command: [sh, -c, {unmasked:?}]\n    securityContext:\n      procMount: Unmasked\n"
+                "  - name: looker\n    image: {image}\n    command: [sh, -c, {looker:?}]\n    volumeMounts:\n    - name: data\n      mountPath: /data\n    - name: data\n      mountPath: /sub\n      subPath: made/here\n  - name: unmasked\n    image: {image}\n    command: [sh, -c, {unmasked:?}]\n    securityContext:\n      procMount: Unmasked\n"
             ),
         ),
     );
@@ -1882,6 +1883,8 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
         logs.contains("wrote-etc") && logs.contains("wrote-volume"),
         "{logs}"
     );
+    // A subPath the agent made is root's inside too.
+    assert!(logs.contains("wrote-sub-path=0"), "{logs}");
     // /proc is masked by default, and not with procMount Unmasked.
     assert!(!logs.contains("proc-mounts=0"), "{logs}");
     assert!(logs.contains("pause"), "{logs}");

@@ -1687,6 +1687,10 @@ impl Worker {
                         .find(|(name, _)| *name == m.volume);
                     match (&m.sub_path, root) {
                         (Some(sub), Some((_, root))) => {
+                            let own = paths.volumes.iter().find(|(name, _)| *name == m.volume);
+                            if let Some((_, own)) = own.filter(|(_, own)| own != root) {
+                                sub_path::create_missing(own, sub)?;
+                            }
                             let target = bundle.sub_path_target(i);
                             sub_path::pin(root, sub, &target).map(|()| Some(target))
                         }

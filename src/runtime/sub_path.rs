@@ -47,6 +47,18 @@ pub fn pin(root: &Path, sub: &str, target: &Path) -> Result<(), SubPathError> {
     mount::bind(&by_fd, target).map_err(|e| fail(e.to_string()))
 }
 
+/// Creates what is missing of `sub` beneath `root`, as [`pin`] would: for a
+/// volume the container sees through an ID-mapped mount, which the agent,
+/// whose root the mapping does not cover, cannot create files through.
+pub fn create_missing(root: &Path, sub: &str) -> Result<(), SubPathError> {
+    resolve_beneath(root, sub)
+        .map(drop)
+        .map_err(|reason| SubPathError {
+            sub_path: sub.to_owned(),
+            reason,
+        })
+}
+
 fn is(stat: &FileStat, kind: SFlag) -> bool {
     SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == kind
 }
