@@ -442,7 +442,7 @@ fn bad_manifests_are_reported_and_harm_nothing() {
     );
     assert!(
         table.contains(
-            "unmasked.yaml (document 0): spec.containers[0].securityContext.procMount=Unmasked: not supported by nanolet yet"
+            "unmasked.yaml (document 0): spec.containers[0].securityContext.procMount: `hostUsers` must be false to use `Unmasked`"
         ),
         "{table}"
     );
