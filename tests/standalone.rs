@@ -2022,6 +2022,7 @@ fn host_mounts_reach_host_to_container_volumes_only() {
 
 #[test]
 fn check_reports_what_the_node_offers() {
+    use std::os::unix::fs::PermissionsExt;
     let dir = common::TempDir::new("nanolet-check");
     let cni = dir.path().join("cni");
     fs::create_dir_all(&cni).unwrap();
@@ -2049,6 +2050,15 @@ fn check_reports_what_the_node_offers() {
     let text = String::from_utf8_lossy(&on_disk.stdout).into_owned();
     assert!(
         text.contains("ok    user ns") && text.contains("hostUsers: false can run"),
+        "{text}"
+    );
+    let closed = dir.path().join("closed");
+    fs::create_dir_all(&closed).unwrap();
+    fs::set_permissions(&closed, fs::Permissions::from_mode(0o700)).unwrap();
+    let behind_closed = check(&["--state-dir", closed.join("state").to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&behind_closed.stdout).into_owned();
+    assert!(
+        text.contains(&format!("refused: {} is not searchable", closed.display())),
         "{text}"
     );
     let on_proc = check(&["--state-dir", "/proc/no-such-dir"]);

@@ -355,6 +355,10 @@ fn user_namespace(pod_dir: &Path) -> Result<PodUserNs, SandboxError> {
         Some(range) => range,
         None => userns::allocate(pods_dir, pod_dir, userns::Pool::of_host()?)?,
     };
+    let state_dir = pods_dir.parent().unwrap_or(Path::new("/"));
+    if let Some(closed) = userns::unsearchable_above(state_dir) {
+        return Err(UsernsError::Unsearchable(closed).into());
+    }
     for dir in pod_dir.ancestors().take(3) {
         userns::allow_traversal(dir)?;
     }

@@ -56,6 +56,8 @@ pub enum UsernsError {
     Exhausted(u32),
     #[error("creating the user namespace: {0}")]
     Namespace(String),
+    #[error("{}", closed_dir(.0))]
+    Unsearchable(PathBuf),
 }
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> UsernsError + '_ {
@@ -311,6 +313,9 @@ pub fn probe(dir: &Path, executable: &Path) -> Result<(), String> {
         .transpose();
     drop(child.stdin.take());
     let _ = child.wait();
+    if let Some(closed) = unsearchable_above(dir) {
+        return Err(closed_dir(&closed));
+    }
     // A state dir not made yet would be made on its parent's filesystem.
     let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
     match ns {
@@ -320,6 +325,13 @@ pub fn probe(dir: &Path, executable: &Path) -> Result<(), String> {
         Ok(None) => Err("no user namespace could be made".into()),
         Err(e) => Err(format!("mapping the user namespace: {e}")),
     }
+}
+
+fn closed_dir(dir: &Path) -> String {
+    format!(
+        "{} is not searchable by others (chmod o+x): runc reaches the rootfs through it from inside the pod's user namespace",
+        dir.display()
+    )
 }
 
 /// Makes the pod's user namespace and the namespaces it owns (see
@@ -445,6 +457,19 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The first dir above `state_dir` that others may not search, if any: runc
+/// reaches a container's rootfs through it from inside the pod's user
+/// namespace. The agent opens its own dirs (see [`allow_traversal`]), never
+/// the admin's.
+pub fn unsearchable_above(state_dir: &Path) -> Option<PathBuf> {
+    state_dir
+        .ancestors()
+        .skip(1)
+        .filter_map(|dir| Some((dir, fs::metadata(dir).ok()?)))
+        .find(|(_, metadata)| metadata.permissions().mode() & 0o001 == 0)
+        .map(|(dir, _)| dir.to_owned())
+}
+
 /// Lets the pod's processes, whose root is not the host's, look up paths
 /// through `dir` (not list it): runc reaches a container's rootfs from
 /// inside the pod's user namespace.
@@ -493,6 +518,22 @@ mod tests {
         fs::write(&subgid, "kubelet:100000:65536\n").unwrap();
         let err = Pool::from_files(&passwd, &subuid, &subgid).unwrap_err();
         assert!(err.to_string().contains("whole ranges"), "{err}");
+    }
+
+    #[test]
+    fn a_dir_above_the_state_dir_that_others_cannot_search_is_named() {
+        let dir = TestDir::new("userns-search");
+        let closed = dir.0.join("closed");
+        let state = closed.join("open/state");
+        fs::create_dir_all(&state).unwrap();
+        fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&closed, fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(unsearchable_above(&state), Some(closed.clone()));
+        // The state dir's own mode is the agent's to set.
+        fs::set_permissions(&closed, fs::Permissions::from_mode(0o711)).unwrap();
+        fs::set_permissions(&state, fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(unsearchable_above(&state), None);
+        assert_eq!(unsearchable_above(&state.join("not/made/yet")), Some(state));
     }
 
     #[test]
