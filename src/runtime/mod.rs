@@ -23,6 +23,34 @@ use self::runc::{Runtime, RuntimeError};
 use self::userns::{PodUserNs, UsernsError};
 use crate::mount::{self, MountError};
 
+/// Starts this binary (`executable`) as one of its helpers (`pause`,
+/// `userns`) and reads the first line it prints, by which it says it is
+/// ready. The error says what failed.
+async fn start_helper(
+    executable: &Path,
+    args: &[&std::ffi::OsStr],
+    stdin: std::process::Stdio,
+    stderr: std::process::Stdio,
+) -> Result<(async_process::Child, String), String> {
+    use futures_lite::{AsyncBufReadExt, io::BufReader};
+    let mut child = async_process::Command::new(executable)
+        .args(args)
+        .stdin(stdin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", executable.display()))?;
+    let mut line = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok((child, line))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
     #[error("{path}: {source}")]

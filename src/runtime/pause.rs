@@ -12,7 +12,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Stdio;
 
-use futures_lite::{AsyncBufReadExt, io::BufReader};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
@@ -95,21 +94,12 @@ pub async fn ensure(
     let target = ns_dir.join(NAMESPACE);
     mount::unmount(&target)?;
     let fail = |message: String| SandboxError::Namespace(format!("pause: {message}"));
-    let mut child = async_process::Command::new(executable)
-        .arg("pause")
-        .args(user_ns)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| fail(format!("{}: {e}", executable.display())))?;
-    let mut line = String::new();
-    if let Some(stdout) = child.stdout.take() {
-        BufReader::new(stdout)
-            .read_line(&mut line)
+    let mut args = vec!["pause".as_ref()];
+    args.extend(user_ns.map(Path::as_os_str));
+    let (mut child, line) =
+        super::start_helper(executable, &args, Stdio::null(), Stdio::null())
             .await
-            .map_err(|e| fail(e.to_string()))?;
-    }
+            .map_err(fail)?;
     let status = child.status().await.map_err(|e| fail(e.to_string()))?;
     let pid: i32 = line
         .trim()

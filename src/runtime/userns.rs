@@ -18,7 +18,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use futures_lite::{AsyncBufReadExt, io::BufReader};
 use nix::sched::{CloneFlags, unshare};
 use serde::{Deserialize, Serialize};
 
@@ -345,22 +344,14 @@ pub async fn create(
 ) -> Result<(), UsernsError> {
     unbind(ns_dir)?;
     let fail = |message: String| UsernsError::Namespace(message);
-    let mut child = async_process::Command::new(executable)
-        .arg("userns")
-        .arg(hostname)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| fail(format!("{}: {e}", executable.display())))?;
-    let mut line = String::new();
-    if let Some(stdout) = child.stdout.take() {
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-    }
+    let (mut child, line) = super::start_helper(
+        executable,
+        &["userns".as_ref(), hostname.as_ref()],
+        Stdio::piped(),
+        Stdio::piped(),
+    )
+    .await
+    .map_err(fail)?;
     if line.trim() != "ready" {
         drop(child.stdin.take());
         let output = child.output().await.map_err(|e| fail(e.to_string()))?;
