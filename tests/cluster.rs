@@ -423,6 +423,9 @@ kind: Pod
 metadata: {{name: vols, labels: {{app: v}}}}
 spec:
   terminationGracePeriodSeconds: 2
+  # In a user namespace of its own: the files the agent writes are its
+  # root's, through ID-mapped mounts, and updates still reach them.
+  hostUsers: false
   containers:
   - name: main
     image: {image}
@@ -519,6 +522,28 @@ spec:
     assert_ne!(
         std::fs::read_link(volume_dir.join("..data")).unwrap(),
         before
+    );
+    // kubectl exec lands in the pod's user namespace: root inside, the
+    // pod's range outside.
+    let range: Value =
+        serde_json::from_slice(&std::fs::read(pod_dir.join("userns")).unwrap()).unwrap();
+    let first = range["uidMappings"][0]["hostId"].as_u64().unwrap();
+    let inside = api.kubectl_ok(
+        &[
+            "exec",
+            "vols",
+            "--",
+            "sh",
+            "-c",
+            "id -u; cat /proc/self/uid_map; cat /etc/cfg/greeting",
+        ],
+        None,
+    );
+    let words: Vec<&str> = inside.split_whitespace().collect();
+    assert_eq!(
+        words,
+        ["0", "0", &first.to_string(), "65536", "bonjour"],
+        "{inside}"
     );
 
     // A missing ConfigMap keeps the container waiting with the reason.

@@ -96,10 +96,9 @@ pub async fn ensure(
     let fail = |message: String| SandboxError::Namespace(format!("pause: {message}"));
     let mut args = vec!["pause".as_ref()];
     args.extend(user_ns.map(Path::as_os_str));
-    let (mut child, line) =
-        super::start_helper(executable, &args, Stdio::null(), Stdio::null())
-            .await
-            .map_err(fail)?;
+    let (mut child, line) = super::start_helper(executable, &args, Stdio::null(), Stdio::null())
+        .await
+        .map_err(fail)?;
     let status = child.status().await.map_err(|e| fail(e.to_string()))?;
     let pid: i32 = line
         .trim()

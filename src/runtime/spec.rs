@@ -347,6 +347,38 @@ fn mount(destination: &str, kind: &str, source: &str, options: &[&str]) -> Mount
     }
 }
 
+/// Names in a bind mount's options the flags of the mount its source is on
+/// that a user namespace may not clear (nosuid, nodev, noexec, the atime
+/// mode, read-only): runc 1.1 remounts a bind mount with exactly the
+/// options given (to make it read-only, say), which from inside a pod's
+/// user namespace fails with EPERM if it would clear one.
+fn keep_locked_flags(m: &mut Mount) {
+    use nix::sys::statvfs::FsFlags;
+    let Ok(stat) = nix::sys::statvfs::statvfs(Path::new(&m.source)) else {
+        return;
+    };
+    let flags = stat.flags();
+    let locked = [
+        (FsFlags::ST_NOSUID, "nosuid"),
+        (FsFlags::ST_NODEV, "nodev"),
+        (FsFlags::ST_NOEXEC, "noexec"),
+        (FsFlags::ST_NOATIME, "noatime"),
+        (FsFlags::ST_NODIRATIME, "nodiratime"),
+        (FsFlags::ST_RELATIME, "relatime"),
+    ];
+    for (flag, option) in locked {
+        if flags.contains(flag) && !m.options.iter().any(|o| o == option) {
+            m.options.push(option.to_owned());
+        }
+    }
+    if flags.contains(FsFlags::ST_RDONLY) {
+        m.options.retain(|o| o != "rw");
+        if !m.options.iter().any(|o| o == "ro") {
+            m.options.push("ro".to_owned());
+        }
+    }
+}
+
 fn bind(destination: &str, source: &Path, read_only: bool) -> Mount {
     let mut options = vec!["rbind", "rprivate"];
     options.push(if read_only { "ro" } else { "rw" });
@@ -637,6 +669,11 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
     if let Some(log) = input.termination_log {
         mounts.push(bind(&container.termination_message_path, log, false));
     }
+    if paths.user_ns.is_some() {
+        for m in mounts.iter_mut().filter(|m| m.kind == "bind") {
+            keep_locked_flags(m);
+        }
+    }
 
     let mut namespaces = vec![Namespace {
         kind: "mount",
@@ -793,6 +830,32 @@ mod tests {
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers: {containers}\n"
         );
         parse_one(&text)
+    }
+
+    /// Mounts a tmpfs (needs root, as the bundle tests do).
+    #[test]
+    fn bind_mounts_keep_the_flags_a_user_namespace_cannot_clear() {
+        use nix::mount::MsFlags;
+        let dir = crate::state::TestDir::new("locked-flags");
+        crate::mount::tmpfs(&dir.0).unwrap();
+        let mut volume = bind("/v", &dir.0, false);
+        keep_locked_flags(&mut volume);
+        for option in ["nosuid", "nodev", "rw"] {
+            assert!(volume.options.iter().any(|o| o == option), "{volume:?}");
+        }
+        assert!(!volume.options.iter().any(|o| o == "noexec"), "{volume:?}");
+        nix::mount::mount(
+            None::<&str>,
+            &dir.0,
+            None::<&str>,
+            MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            None::<&str>,
+        )
+        .unwrap();
+        let mut volume = bind("/v", &dir.0, false);
+        keep_locked_flags(&mut volume);
+        assert!(volume.options.iter().any(|o| o == "ro"), "{volume:?}");
+        assert!(!volume.options.iter().any(|o| o == "rw"), "{volume:?}");
     }
 
     fn image(entrypoint: &[&str], cmd: &[&str]) -> RunConfig {
