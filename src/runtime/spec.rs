@@ -127,8 +127,8 @@ pub struct Linux {
     pub devices: Vec<serde_json::Value>,
 }
 
+/// A range of a user namespace's IDs, as the OCI spec names it.
 #[derive(Debug, Serialize, PartialEq, Eq, Clone, Copy)]
-#[serde(rename_all = "camelCase")]
 pub struct IdMapping {
     #[serde(rename = "containerID")]
     pub container_id: u32,

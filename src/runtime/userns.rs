@@ -199,7 +199,15 @@ pub fn recorded(pod_dir: &Path) -> Result<Option<IdRange>, UsernsError> {
     let path = pod_dir.join(MAPPINGS_FILE);
     let text = match fs::read(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // No record, or no pod dir (a stray file among them).
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(None);
+        }
         Err(e) => return Err(io_at(&path)(e)),
     };
     let bad = |reason: String| UsernsError::Mappings {
@@ -289,6 +297,9 @@ pub fn run(hostname: &str) -> io::Result<()> {
 /// `nanolet userns` tries. The error says what failed. Blocks (a process):
 /// not for the loop.
 pub fn probe(dir: &Path, executable: &Path) -> Result<(), String> {
+    if let Some(closed) = unsearchable_above(dir) {
+        return Err(closed_dir(&closed));
+    }
     let mut child = std::process::Command::new(executable)
         .args(["userns", "probe"])
         .stdin(Stdio::piped())
@@ -312,9 +323,6 @@ pub fn probe(dir: &Path, executable: &Path) -> Result<(), String> {
         .transpose();
     drop(child.stdin.take());
     let _ = child.wait();
-    if let Some(closed) = unsearchable_above(dir) {
-        return Err(closed_dir(&closed));
-    }
     // A state dir not made yet would be made on its parent's filesystem.
     let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
     match ns {
@@ -551,6 +559,9 @@ mod tests {
             allocate(pods, &c, pool),
             Err(UsernsError::Exhausted(2))
         ));
+        // A stray file among the pod dirs is no pod.
+        fs::write(pods.join("stray"), "").unwrap();
+        assert_eq!(recorded(&pods.join("stray")).unwrap(), None);
         // Upstream's file, as its kubelet writes it.
         let text = fs::read_to_string(a.join(MAPPINGS_FILE)).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
