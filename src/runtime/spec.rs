@@ -364,10 +364,16 @@ fn keep_locked_flags(m: &mut Mount) {
         (FsFlags::ST_NOEXEC, "noexec"),
         (FsFlags::ST_NOATIME, "noatime"),
         (FsFlags::ST_NODIRATIME, "nodiratime"),
-        (FsFlags::ST_RELATIME, "relatime"),
     ];
-    for (flag, option) in locked {
-        if flags.contains(flag) && !m.options.iter().any(|o| o == option) {
+    // Linux's ST_RELATIME, which nix names only on glibc.
+    let relatime = flags.bits() & 0x1000 != 0;
+    let present = locked
+        .into_iter()
+        .filter(|(flag, _)| flags.contains(*flag))
+        .map(|(_, option)| option)
+        .chain(relatime.then_some("relatime"));
+    for option in present {
+        if !m.options.iter().any(|o| o == option) {
             m.options.push(option.to_owned());
         }
     }
