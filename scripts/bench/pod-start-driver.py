@@ -63,10 +63,24 @@ def p95(values):
     return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
 
-def pod_text(name, image):
-    return (f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n"
+def pod_text(name, image, extra_spec=""):
+    return (f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n{extra_spec}"
             f"  terminationGracePeriodSeconds: 0\n"
             f"  containers:\n  - name: c\n    image: {image}\n    command: [sleep, '3600']\n")
+
+
+def pod_running(work, name):
+    """Whether the agent's status file of pod NAME shows all its containers running."""
+    for path in glob.glob(os.path.join(work, "state/pods/*/status.json")):
+        try:
+            record = json.load(open(path))
+        except (OSError, ValueError):
+            continue
+        if record.get("name") != name:
+            continue
+        statuses = record["status"].get("containerStatuses") or []
+        return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
+    return False
 
 
 def wait_until(check, work, timeout=60):
@@ -90,16 +104,7 @@ def measure(work, image, agent, pods, runtime, podman_args):
         return total
 
     def running(name):
-        for path in glob.glob(os.path.join(work, "state/pods/*/status.json")):
-            try:
-                record = json.load(open(path))
-            except (OSError, ValueError):
-                continue
-            if record.get("name") != name:
-                continue
-            statuses = record["status"].get("containerStatuses") or []
-            return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
-        return False
+        return pod_running(work, name)
 
     def write_pod(name):
         tmp = os.path.join(manifests, f".{name}.tmp")

@@ -44,41 +44,21 @@ mkdir -p "$work/manifests" "$work/no-cni"
 agent=$!
 
 python3 - "$work" "$registry/bench/busybox:1" "$pods" <<'PY'
-import glob, json, os, statistics, sys, time
+import importlib.util, os, statistics, sys, time
 
+spec = importlib.util.spec_from_file_location("driver", "scripts/bench/pod-start-driver.py")
+driver = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(driver)
 work, image, pods = sys.argv[1], sys.argv[2], int(sys.argv[3])
-
-
-def pod_text(name, own_users):
-    extra = "  hostUsers: false\n" if own_users else ""
-    return (f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n{extra}"
-            f"  terminationGracePeriodSeconds: 0\n"
-            f"  containers:\n  - name: c\n    image: {image}\n    command: [sleep, '3600']\n")
-
-
-def running(name):
-    for path in glob.glob(os.path.join(work, "state/pods/*/status.json")):
-        try:
-            record = json.load(open(path))
-        except (OSError, ValueError):
-            continue
-        if record.get("name") != name:
-            continue
-        statuses = record["status"].get("containerStatuses") or []
-        return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
-    return False
 
 
 def start_ms(name, own_users):
     tmp = os.path.join(work, "manifests", f".{name}.tmp")
     with open(tmp, "w") as f:
-        f.write(pod_text(name, own_users))
+        f.write(driver.pod_text(name, image, "  hostUsers: false\n" if own_users else ""))
     start = time.monotonic()
     os.rename(tmp, os.path.join(work, "manifests", f"{name}.yaml"))
-    while not running(name):
-        if time.monotonic() - start > 60:
-            sys.exit(f"{name} not running after 60 s; see {work}/agent.log")
-        time.sleep(0.002)
+    driver.wait_until(lambda: driver.pod_running(work, name), work)
     return (time.monotonic() - start) * 1000
 
 
@@ -91,9 +71,8 @@ for i in range(pods):
         times[own_users].append(start_ms(f"p{i}-{int(own_users)}", own_users))
 medians = {k: statistics.median(v) for k, v in times.items()}
 for own_users, label in ((True, "hostUsers: false"), (False, "hostUsers: true ")):
-    ordered = sorted(times[own_users])
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
-    print(f"{label}  median {medians[own_users]:6.1f} ms  p95 {p95:6.1f} ms  ({pods} pods)")
+    print(f"{label}  median {medians[own_users]:6.1f} ms  "
+          f"p95 {driver.p95(times[own_users]):6.1f} ms  ({pods} pods)")
 print(f"BENCH pod-start-userns {medians[True]:.1f} ms")
 print(f"BENCH pod-start-userns-vs-host-users {medians[True] / medians[False]:.2f}")
 PY
