@@ -1820,8 +1820,14 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
         reader_logs.contains("id=1000:3000 name=userns2 tmp=0"),
         "{reader_logs}"
     );
-    let sleeper = common::processes_running(&["sleep", "4245"]);
-    assert_eq!(sleeper.len(), 1);
+    // Found once the shell has exec'd it.
+    let running = |args: &'static [&'static str]| {
+        agent.wait_for("the container's sleep", T, |_| {
+            let pids = common::processes_running(args);
+            (pids.len() == 1).then_some(pids[0])
+        })
+    };
+    let sleeper = running(&["sleep", "4245"]);
     // Guaranteed's -997, set by runc from inside the namespace: possible
     // as the agent gave itself -999 first. An agent without
     // CAP_SYS_RESOURCE (as on these machines) has its own score instead,
@@ -1834,7 +1840,7 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
             .unwrap()
     };
     let own = score(agent.pid().unwrap());
-    assert_eq!(score(sleeper[0]), (-997).max(own), "agent's own: {own}");
+    assert_eq!(score(sleeper), (-997).max(own), "agent's own: {own}");
     let logs = agent.wait_for("the looker's report", T, |a| {
         let logs = a.logs("default/userns", Some("looker"));
         logs.contains("pid1=").then_some(logs)
@@ -1862,7 +1868,7 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
     .unwrap();
     let other_first = other["uidMappings"][0]["hostId"].as_u64().unwrap() as u32;
     assert_ne!(other_first, first);
-    assert_eq!(host_uid(sleeper[0]), Some(other_first + 1000));
+    assert_eq!(host_uid(sleeper), Some(other_first + 1000));
 
     // Root inside is the range's first ID outside, for users and groups.
     let map_line = format!("0 {first} 65536");
@@ -1903,9 +1909,7 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
     // On the host: the processes run as the range's root, what root wrote
     // to the rootfs is the range's, and what it wrote to the volume is
     // root's on disk (the volume is ID-mapped, as upstream's are).
-    let pids = common::processes_running(&["sleep", "4243"]);
-    assert_eq!(pids.len(), 1);
-    assert_eq!(host_uid(pids[0]), Some(first));
+    assert_eq!(host_uid(running(&["sleep", "4243"])), Some(first));
     let written: Vec<_> = fs::read_dir(pod_dir.join("containers"))
         .unwrap()
         .flatten()
