@@ -184,9 +184,11 @@ pub async fn create(
     let ns_dir = pod_dir.join("ns");
     fs::create_dir_all(&ns_dir).map_err(io_at(&ns_dir))?;
     let kinds = own_namespaces(pod);
-    let user_ns = (!pod.host_users)
-        .then(|| user_namespace(pod_dir))
-        .transpose()?;
+    let user_ns = if pod.host_users {
+        None
+    } else {
+        Some(user_namespace(pod_dir).await?)
+    };
     let (new_net, new_namespaces) = match &user_ns {
         Some(user_ns) => {
             let whole = userns::KINDS
@@ -349,11 +351,11 @@ pub async fn create(
 /// The pod's user namespace as its containers use it: its IDs (given once,
 /// kept in the pod's dir), and the state dirs down to the pod's opened to
 /// the pod's root, which runc needs to reach the rootfs through them.
-fn user_namespace(pod_dir: &Path) -> Result<PodUserNs, SandboxError> {
+async fn user_namespace(pod_dir: &Path) -> Result<PodUserNs, SandboxError> {
     let pods_dir = pod_dir.parent().unwrap_or(Path::new("/"));
     let range = match userns::recorded(pod_dir)? {
         Some(range) => range,
-        None => userns::allocate(pods_dir, pod_dir, userns::Pool::of_host()?)?,
+        None => userns::allocate(pods_dir, pod_dir, userns::Pool::of_host()?).await?,
     };
     let state_dir = pods_dir.parent().unwrap_or(Path::new("/"));
     if let Some(closed) = userns::unsearchable_above(state_dir) {

@@ -230,12 +230,13 @@ pub fn recorded(pod_dir: &Path) -> Result<Option<IdRange>, UsernsError> {
 /// The pod's range: the one it was given, else the first free one of the
 /// pool, recorded before it is used. Free means no pod dir under
 /// `pods_dir` names it, so a range is free again once its pod's dir is
-/// gone. Synchronous on purpose: no other pod can take the same range
-/// between the scan and the record.
-pub fn allocate(pods_dir: &Path, pod_dir: &Path, pool: Pool) -> Result<IdRange, UsernsError> {
+/// gone.
+pub async fn allocate(pods_dir: &Path, pod_dir: &Path, pool: Pool) -> Result<IdRange, UsernsError> {
     if let Some(range) = recorded(pod_dir)? {
         return Ok(range);
     }
+    // From the scan to the claim there is no await: no other pod can take
+    // the same range in between.
     let mut used = BTreeSet::new();
     for entry in fs::read_dir(pods_dir).map_err(io_at(pods_dir))?.flatten() {
         // An unreadable record stops this: skipping it could hand its
@@ -248,6 +249,16 @@ pub fn allocate(pods_dir: &Path, pod_dir: &Path, pool: Pool) -> Result<IdRange, 
         .find(|i| !used.contains(i))
         .ok_or(UsernsError::Exhausted(pool.ranges))?;
     let range = pool.range(index);
+    record(pod_dir, range, Durability::ProcessCrash)?;
+    // Made to last a power cut before the range is used, off the loop
+    // (fsync is slow on SD cards).
+    let dir = pod_dir.to_owned();
+    crate::helpers::unblock(move || record(&dir, range, Durability::PowerLoss)).await?;
+    Ok(range)
+}
+
+/// Writes the pod's `userns` file.
+fn record(pod_dir: &Path, range: IdRange, durability: Durability) -> Result<(), StateError> {
     let mapping = || {
         vec![IdMapping {
             host_id: range.host_id,
@@ -259,13 +270,7 @@ pub fn allocate(pods_dir: &Path, pod_dir: &Path, pool: Pool) -> Result<IdRange, 
         uid_mappings: mapping(),
         gid_mappings: mapping(),
     };
-    state::write_json(
-        &pod_dir.join(MAPPINGS_FILE),
-        &mappings,
-        0o600,
-        Durability::PowerLoss,
-    )?;
-    Ok(range)
+    state::write_json(&pod_dir.join(MAPPINGS_FILE), &mappings, 0o600, durability)
 }
 
 /// Entry point of `nanolet userns <hostname>`: makes a user namespace with
@@ -485,6 +490,7 @@ pub fn allow_traversal(dir: &Path) -> Result<(), UsernsError> {
 mod tests {
     use super::*;
     use crate::state::TestDir;
+    use futures_lite::future::block_on;
 
     #[test]
     fn the_pool_is_upstreams_default_or_the_kubelet_users_ids() {
@@ -549,14 +555,14 @@ mod tests {
             ranges: 2,
         };
         let (a, b, c) = (pod("a"), pod("b"), pod("c"));
-        let first = allocate(pods, &a, pool).unwrap();
+        let first = block_on(allocate(pods, &a, pool)).unwrap();
         assert_eq!(first.host_id, 1 << 20);
-        assert_eq!(allocate(pods, &a, pool).unwrap(), first);
-        let second = allocate(pods, &b, pool).unwrap();
+        assert_eq!(block_on(allocate(pods, &a, pool)).unwrap(), first);
+        let second = block_on(allocate(pods, &b, pool)).unwrap();
         assert_eq!(second.host_id, (1 << 20) + 65536);
         assert_eq!(second.host(1000), (1 << 20) + 66536);
         assert!(matches!(
-            allocate(pods, &c, pool),
+            block_on(allocate(pods, &c, pool)),
             Err(UsernsError::Exhausted(2))
         ));
         // A stray file among the pod dirs is no pod.
@@ -570,7 +576,7 @@ mod tests {
             serde_json::json!({"hostId": 1 << 20, "containerId": 0, "length": 65536})
         );
         fs::remove_dir_all(&a).unwrap();
-        assert_eq!(allocate(pods, &c, pool).unwrap(), first);
+        assert_eq!(block_on(allocate(pods, &c, pool)).unwrap(), first);
 
         fs::write(b.join(MAPPINGS_FILE), "{\"uidMappings\": []}").unwrap();
         assert!(recorded(&b).is_err());
