@@ -189,11 +189,11 @@ pub async fn create(
     } else {
         Some(user_namespace(pod_dir).await?)
     };
+    let mounted = mount::mounts_under(&ns_dir);
+    let is_mounted = |kind: &str| mounted.contains(&ns_dir.join(kind));
     let (new_net, new_namespaces) = match &user_ns {
         Some(user_ns) => {
-            let whole = userns::KINDS
-                .iter()
-                .all(|k| mount::is_mounted(&ns_dir.join(k)));
+            let whole = userns::KINDS.iter().all(|k| is_mounted(k));
             if !whole {
                 // A pause in the namespaces' old user namespace could not
                 // be joined from the new one.
@@ -203,11 +203,8 @@ pub async fn create(
             (!whole, !whole)
         }
         None => {
-            let missing: Vec<&'static str> = kinds
-                .iter()
-                .copied()
-                .filter(|k| !mount::is_mounted(&ns_dir.join(k)))
-                .collect();
+            let missing: Vec<&'static str> =
+                kinds.iter().copied().filter(|k| !is_mounted(k)).collect();
             let new_net = missing.contains(&"net");
             let new_namespaces = !missing.is_empty();
             if !missing.is_empty() {

@@ -431,14 +431,14 @@ impl PodUserNs {
     /// mounts itself; its containers get these as their sources.
     pub fn mapped(&self, kind: &str, name: &str, source: &Path) -> Result<PathBuf, UsernsError> {
         let target = self.pod_dir.join("idmapped").join(kind).join(name);
-        if mount::is_mounted(&target) {
-            // The source may have been replaced since (an image layer
-            // collected and pulled again).
-            if same_file(&target, source) {
-                return Ok(target);
-            }
-            mount::unmount(&target)?;
+        // Only a mount of the source shows its inode there (no scan of
+        // mountinfo per layer). Anything else is remade: nothing mounted
+        // yet, or a source replaced since (a layer collected and pulled
+        // again).
+        if same_file(&target, source) {
+            return Ok(target);
         }
+        mount::unmount(&target)?;
         let is_dir = fs::metadata(source).map_err(io_at(source))?.is_dir();
         if is_dir {
             fs::create_dir_all(&target).map_err(io_at(&target))?;
