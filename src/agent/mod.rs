@@ -323,11 +323,8 @@ pub async fn run(
         let api_for_mirrors = api.clone();
         let mut facts =
             node::NodeFacts::gather(&ctx, format!("{}://{version}", ctx.config.runtime.name()));
-        let (state_dir, executable) =
-            (ctx.config.state_dir.clone(), ctx.monitor.executable.clone());
         let user_namespaces =
-            crate::helpers::unblock(move || crate::runtime::userns::probe(&state_dir, &executable))
-                .await;
+            crate::runtime::userns::probe(&ctx.config.state_dir, &ctx.monitor.executable).await;
         if let Err(why) = &user_namespaces {
             log::info!("pods with hostUsers: false cannot run on this node: {why}");
         }

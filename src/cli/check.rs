@@ -103,7 +103,9 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
     // Only pods asking for one need it.
     let user_namespaces = std::env::current_exe()
         .map_err(|e| format!("own executable: {e}"))
-        .and_then(|exe| crate::runtime::userns::probe(&config.state_dir, &exe));
+        .and_then(|exe| {
+            crate::rt::block_on(crate::runtime::userns::probe(&config.state_dir, &exe))
+        });
     line(
         true,
         "user ns",

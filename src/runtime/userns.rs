@@ -299,44 +299,26 @@ pub fn run(hostname: &str) -> io::Result<()> {
 /// Whether pods with `hostUsers: false` can run here: `dir` (where the
 /// layers and disk volumes are) and tmpfs (memory volumes, Secrets) must
 /// allow ID-mapped mounts, which a throwaway user namespace from
-/// `nanolet userns` tries. The error says what failed. Blocks (a process):
-/// not for the loop.
-pub fn probe(dir: &Path, executable: &Path) -> Result<(), String> {
+/// `nanolet userns` tries. The error says what failed.
+pub async fn probe(dir: &Path, executable: &Path) -> Result<(), String> {
     if let Some(closed) = unsearchable_above(dir) {
         return Err(closed_dir(&closed));
     }
-    let mut child = std::process::Command::new(executable)
-        .args(["userns", "probe"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", executable.display()))?;
-    let mut line = String::new();
-    if let Some(stdout) = child.stdout.take() {
-        let _ = io::BufRead::read_line(&mut io::BufReader::new(stdout), &mut line);
-    }
-    // The kernel maps no mount into a namespace without mappings.
-    let pid = child.id();
-    let map = format!("0 {IDS_PER_POD} {IDS_PER_POD}\n");
-    let ns = (line.trim() == "ready")
-        .then(|| {
-            fs::write(format!("/proc/{pid}/uid_map"), &map)?;
-            fs::write(format!("/proc/{pid}/gid_map"), &map)?;
-            fs::File::open(format!("/proc/{pid}/ns/user"))
-        })
-        .transpose();
+    // Any range: the kernel maps no mount into a namespace without one.
+    let range = IdRange {
+        host_id: IDS_PER_POD,
+    };
+    let mut child = start(executable, "probe", range)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ns = fs::File::open(format!("/proc/{}/ns/user", child.id()));
+    // Its end closes the child's stdin, and it exits.
     drop(child.stdin.take());
-    let _ = child.wait();
+    let _ = child.status().await;
+    let ns = ns.map_err(|e| format!("opening the user namespace: {e}"))?;
     // A state dir not made yet would be made on its parent's filesystem.
     let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
-    match ns {
-        Ok(Some(ns)) => {
-            mount::can_idmap(existing, std::os::fd::AsFd::as_fd(&ns)).map_err(|e| e.to_string())
-        }
-        Ok(None) => Err("no user namespace could be made".into()),
-        Err(e) => Err(format!("mapping the user namespace: {e}")),
-    }
+    mount::can_idmap(existing, std::os::fd::AsFd::as_fd(&ns)).map_err(|e| e.to_string())
 }
 
 fn closed_dir(dir: &Path) -> String {
@@ -346,16 +328,13 @@ fn closed_dir(dir: &Path) -> String {
     )
 }
 
-/// Makes the pod's user namespace and the namespaces it owns (see
-/// [`run`]), mapped to `range`, bound at `ns_dir/<kind>` for [`KINDS`].
-/// What was bound before is unbound first: the four belong together.
-pub async fn create(
-    ns_dir: &Path,
-    range: IdRange,
-    hostname: &str,
+/// Starts `nanolet userns <hostname>` and maps its namespace to `range`;
+/// it waits, holding the namespaces, until its stdin is closed.
+async fn start(
     executable: &Path,
-) -> Result<(), UsernsError> {
-    unbind(ns_dir)?;
+    hostname: &str,
+    range: IdRange,
+) -> Result<async_process::Child, UsernsError> {
     let fail = |message: String| UsernsError::Namespace(message);
     let (mut child, line) = super::start_helper(
         executable,
@@ -374,8 +353,26 @@ pub async fn create(
             String::from_utf8_lossy(&output.stderr).trim()
         )));
     }
-    let pid = child.id();
-    let bound = bind_all(ns_dir, pid, range);
+    let map = format!("0 {} {IDS_PER_POD}\n", range.host_id);
+    for file in ["uid_map", "gid_map"] {
+        let path = PathBuf::from(format!("/proc/{}/{file}", child.id()));
+        fs::write(&path, &map).map_err(io_at(&path))?;
+    }
+    Ok(child)
+}
+
+/// Makes the pod's user namespace and the namespaces it owns (see
+/// [`run`]), mapped to `range`, bound at `ns_dir/<kind>` for [`KINDS`].
+/// What was bound before is unbound first: the four belong together.
+pub async fn create(
+    ns_dir: &Path,
+    range: IdRange,
+    hostname: &str,
+    executable: &Path,
+) -> Result<(), UsernsError> {
+    unbind(ns_dir)?;
+    let mut child = start(executable, hostname, range).await?;
+    let bound = bind_all(ns_dir, child.id());
     if bound.is_err() {
         let _ = unbind(ns_dir);
     }
@@ -386,12 +383,7 @@ pub async fn create(
     bound
 }
 
-fn bind_all(ns_dir: &Path, pid: u32, range: IdRange) -> Result<(), UsernsError> {
-    let map = format!("0 {} {IDS_PER_POD}\n", range.host_id);
-    for file in ["uid_map", "gid_map"] {
-        let path = PathBuf::from(format!("/proc/{pid}/{file}"));
-        fs::write(&path, &map).map_err(io_at(&path))?;
-    }
+fn bind_all(ns_dir: &Path, pid: u32) -> Result<(), UsernsError> {
     for kind in KINDS {
         let target = ns_dir.join(kind);
         fs::File::create(&target).map_err(io_at(&target))?;
