@@ -23,6 +23,16 @@ use self::runc::{Runtime, RuntimeError};
 use self::userns::{PodUserNs, UsernsError};
 use crate::mount::{self, MountError};
 
+/// A capability set of the agent's own (`CapBnd`, `CapEff`, ...) from
+/// /proc/self/status, bit n for capability n.
+fn own_capabilities(set: &str) -> Option<u64> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix(set)?.strip_prefix(':'))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
 /// Starts this binary (`executable`) as one of its helpers (`pause`,
 /// `userns`) and reads the first line it prints, by which it says it is
 /// ready. The error says what failed.
@@ -159,6 +169,16 @@ mod tests {
 
     /// Two real layers with an OCI whiteout and an opaque directory, mounted
     /// as overlayfs the way a container's rootfs is (needs root).
+    #[test]
+    fn the_agents_own_capabilities_in_kernel_order() {
+        // Bit n of a set is the nth of the names the pod spec allows.
+        let bounding = own_capabilities("CapBnd").unwrap();
+        let chown = crate::pod::CAPABILITIES.iter().position(|c| *c == "CHOWN");
+        assert_eq!(chown, Some(0));
+        assert_ne!(bounding & 1, 0, "tests run as root: {bounding:x}");
+        assert_eq!(own_capabilities("NoSuchSet"), None);
+    }
+
     #[test]
     fn rootfs_applies_whiteouts_and_opaque_dirs() {
         let dir = crate::state::TestDir::new("rootfs");

@@ -17,11 +17,10 @@ pub fn set_own(adj: i32) -> io::Result<()> {
 /// so theirs are raised to it, as containerd's `restrict_oom_score_adj`
 /// does, rather than failing to start.
 pub fn floor() -> Option<i32> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let effective = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    let caps = u64::from_str_radix(effective.trim(), 16).ok()?;
-    // CAP_SYS_RESOURCE is capability 24.
-    if caps & (1 << 24) != 0 {
+    let sys_resource = crate::pod::CAPABILITIES
+        .iter()
+        .position(|c| *c == "SYS_RESOURCE")?;
+    if super::own_capabilities("CapEff")? & (1 << sys_resource) != 0 {
         return None;
     }
     fs::read_to_string("/proc/self/oom_score_adj")

@@ -267,14 +267,7 @@ fn host_devices() -> Vec<serde_json::Value> {
 
 /// The bounding set of this process, as capability names.
 fn host_capabilities() -> Vec<String> {
-    let mask = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapBnd:"))
-                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        })
-        .unwrap_or(0);
+    let mask = super::own_capabilities("CapBnd").unwrap_or(0);
     crate::pod::CAPABILITIES
         .iter()
         .enumerate()
