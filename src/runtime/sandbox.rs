@@ -218,7 +218,7 @@ pub async fn create(
         && pause::ensure(
             &ns_dir,
             executable,
-            user_ns.as_ref().map(|u| u.path.as_path()),
+            user_ns.as_ref().map(PodUserNs::path).as_deref(),
         )
         .await?;
     // A pod on the host's namespaces has nothing that shows a reboot but
@@ -362,7 +362,6 @@ async fn user_namespace(pod_dir: &Path) -> Result<PodUserNs, SandboxError> {
         userns::allow_traversal(dir)?;
     }
     Ok(PodUserNs {
-        path: pod_dir.join("ns").join("user"),
         range,
         pod_dir: pod_dir.to_owned(),
     })

@@ -683,7 +683,7 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         Some(user_ns) => {
             namespaces.push(Namespace {
                 kind: "user",
-                path: Some(user_ns.path.clone()),
+                path: Some(user_ns.path()),
             });
             vec![IdMapping {
                 container_id: 0,

@@ -409,14 +409,17 @@ pub const MAPPED_LAYERS: &str = "idmapped/layers";
 /// A pod's own user namespace, as its containers are set up in it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodUserNs {
-    /// The namespace's bind mount.
-    pub path: PathBuf,
     pub range: IdRange,
     /// The pod's dir.
     pub pod_dir: PathBuf,
 }
 
 impl PodUserNs {
+    /// The namespace's bind mount, with the sandbox's others.
+    pub fn path(&self) -> PathBuf {
+        self.pod_dir.join("ns").join("user")
+    }
+
     /// `source` as the pod's processes must see it (what root owns on disk,
     /// the pod's root owns): an ID-mapped mount of it, made once, at
     /// `idmapped/<kind>/<name>` in the pod's dir. runc 1.1 cannot map
@@ -440,7 +443,7 @@ impl PodUserNs {
             }
             fs::File::create(&target).map_err(io_at(&target))?;
         }
-        mount::bind_idmapped(source, &target, &self.path)?;
+        mount::bind_idmapped(source, &target, &self.path())?;
         Ok(target)
     }
 }
