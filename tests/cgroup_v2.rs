@@ -137,9 +137,12 @@ fn pod_qos_and_container_cgroups_carry_upstream_values() {
         ),
     );
     agent.wait_running("guaranteed");
-    let sleeper = common::processes_running(&["sleep", "3601"]);
-    assert_eq!(sleeper.len(), 1, "{sleeper:?}");
-    assert_eq!(score(sleeper[0]), "-997");
+    // Found once the runtime's init has exec'd it.
+    let sleeper = agent.wait_for("the container's sleep", T, |_| {
+        let pids = common::processes_running(&["sleep", "3601"]);
+        (pids.len() == 1).then_some(pids[0])
+    });
+    assert_eq!(score(sleeper), "-997");
 }
 
 #[test]
