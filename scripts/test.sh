@@ -4,6 +4,15 @@
 # the test API server, CNI in a network namespace of the tests' own; as
 # root), the static aarch64 build with its unit tests under qemu, and the
 # cgroup v2 part in a qemu VM (scripts/test-vm.sh).
+#
+# Usage: scripts/test.sh                    the whole suite
+#        scripts/test.sh --repeat N TEST... the tests these filters match (as
+#                                           cargo test takes them), N times in a row
+#        scripts/test.sh --repeat N --vm [TEST...]
+#                                           the cgroup v2 VM step, or only the
+#                                           named tests in it, N times in one boot
+# A repeated run stops at the first failure, so a flaky test shows before
+# it lands.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -13,6 +22,29 @@ if [[ $(id -u) != 0 ]]; then
   exit 1
 fi
 scripts/install-deps.sh
+
+if [[ ${1:-} == --repeat ]]; then
+  repeat=${2:-}
+  shift 2 || true
+  [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: --repeat takes a count" >&2; exit 2; }
+  if [[ ${1:-} == --vm ]]; then
+    shift
+    exec scripts/test-vm.sh --repeat "$repeat" ${1:+--only} "$@"
+  fi
+  (($# > 0)) || { echo "test.sh: --repeat needs test names (or --vm)" >&2; exit 2; }
+  cargo test --locked --workspace --no-run
+  out=$(mktemp /tmp/nanolet-test-repeat.XXXXXX)
+  trap 'rm -f "$out"' EXIT
+  for ((round = 1; round <= repeat; round++)); do
+    echo "== round $round of $repeat: $*"
+    cargo test --locked --workspace -q -- "$@" 2>&1 | tee "$out"
+    # A name that matched nothing passes: count what ran.
+    passed=$(grep -oE 'test result: ok\. [0-9]+ passed' "$out" | awk '{s += $4} END {print s + 0}')
+    ((passed > 0)) || { echo "test.sh: no test matched: $*" >&2; exit 1; }
+  done
+  echo "== $repeat rounds passed"
+  exit 0
+fi
 
 echo "== format and lints"
 cargo fmt --all -- --check

@@ -140,7 +140,10 @@ fn pod_qos_and_container_cgroups_carry_upstream_values() {
     // Found once the runtime's init has exec'd it.
     let sleeper = agent.wait_for("the container's sleep", T, |_| {
         let pids = common::processes_running(&["sleep", "3601"]);
-        (pids.len() == 1).then_some(pids[0])
+        match pids[..] {
+            [pid] => Some(pid),
+            _ => None,
+        }
     });
     assert_eq!(score(sleeper), "-997");
 }

@@ -1824,7 +1824,10 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
     let running = |args: &'static [&'static str]| {
         agent.wait_for("the container's sleep", T, |_| {
             let pids = common::processes_running(args);
-            (pids.len() == 1).then_some(pids[0])
+            match pids[..] {
+                [pid] => Some(pid),
+                _ => None,
+            }
         })
     };
     let sleeper = running(&["sleep", "4245"]);
