@@ -791,6 +791,10 @@ fn an_empty_dir_over_its_size_limit_gets_the_pod_evicted() {
     // Never started again, not even by the next agent.
     agent.kill9();
     agent.spawn();
+    wait(&agent, "the next agent to adopt it", T, || {
+        (agent.log().matches("adopting pod default/filler").count() == 2).then_some(())
+    });
+    // A window for a restart that must not come.
     std::thread::sleep(Duration::from_secs(3));
     let p = get(&api, &["get", "pod", "filler"]).unwrap();
     assert_eq!(p["status"]["reason"], "Evicted");
@@ -1301,7 +1305,10 @@ fn the_kubelet_api_authenticates_then_asks_the_api_server_who_may_do_what() {
             "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: node-scraper}\nrules:\n- apiGroups: ['']\n  resources: [nodes/stats, nodes/metrics]\n  verbs: [get]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: node-scraper}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: node-scraper}\nsubjects:\n- {kind: ServiceAccount, name: scraper, namespace: default}\n",
         ),
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    // Polled: the denial cached before the binding lasts up to 1 s.
+    wait(&agent, "the scraper's stats allowed", T, || {
+        (kubelet_call(&port, "/stats/summary", &as_scraper).0 == 200).then_some(())
+    });
     for (path, subresource) in paths {
         let (code, body) = kubelet_call(&port, path, &as_scraper);
         let allowed = matches!(subresource, "stats" | "metrics");
