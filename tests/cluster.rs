@@ -279,6 +279,24 @@ fn node_registers_runs_pods_and_deletes_them() {
         "hello\n"
     );
     assert_eq!(api.kubectl_ok(&["logs", "fails", "--tail", "0"], None), "");
+    // Parameters at their limits, as any user with `view` may send them:
+    // answered, and the agent lives on (a timestamp overflow aborted it).
+    let raw = |query: &str| {
+        let path = format!("/api/v1/namespaces/default/pods/web/log?{query}");
+        api.kubectl(&["get", "--raw", &path], None)
+    };
+    for query in [
+        "sinceSeconds=999999999999",
+        "sinceSeconds=9223372036854775807",
+        "tailLines=9223372036854775807&limitBytes=9223372036854775807",
+    ] {
+        let (ok, out, err) = raw(query);
+        assert!(ok, "{query}: {err}");
+        assert_eq!(out, "hello\n", "{query}");
+    }
+    let (ok, _, err) = raw("sinceSeconds=-1");
+    assert!(!ok && err.contains("sinceSeconds"), "{err}");
+    assert_eq!(api.kubectl_ok(&["logs", "web"], None), "hello\n");
     let (ok, _, _) = api.kubectl(&["logs", "web", "--previous"], None);
     assert!(!ok, "no previous instance");
     // A new image for a running container: stopped and started with it.

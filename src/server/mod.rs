@@ -528,7 +528,7 @@ impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let take = match self.left {
             Some(0) => return Err(std::io::Error::other("limitBytes reached")),
-            Some(left) => buf.len().min(left as usize),
+            Some(left) => usize::try_from(left).map_or(buf.len(), |left| buf.len().min(left)),
             None => buf.len(),
         };
         self.tx
@@ -548,13 +548,15 @@ impl Write for ChannelWriter {
     }
 }
 
-async fn container_logs(
-    ctx: &Context,
+/// A containerLogs query as upstream validates PodLogOptions: numbers that
+/// do not parse or are out of range are a 400, never a wrapped value or an
+/// overflow in the time arithmetic.
+fn log_options(
     namespace: &str,
     pod: &str,
     container: &str,
     query: &[(String, String)],
-) -> Response<Body> {
+) -> Result<(LogsArgs, Option<u64>), String> {
     let get = |k: &str| {
         query
             .iter()
@@ -562,14 +564,27 @@ async fn container_logs(
             .map(|(_, v)| v.as_str())
     };
     let flag = |k: &str| get(k).is_some_and(|v| v == "true" || v == "1");
-    let number = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
-    let since = match (number("sinceSeconds"), get("sinceTime")) {
-        (Some(seconds), _) => {
-            Some(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds as i64))
+    let number = |k: &str, min: i64| -> Result<Option<i64>, String> {
+        let Some(v) = get(k) else { return Ok(None) };
+        match v.parse::<i64>() {
+            Ok(n) if n >= min => Ok(Some(n)),
+            Ok(_) => Err(format!("{k}: must be at least {min}")),
+            Err(_) => Err(format!("{k}: {v:?} is not an integer")),
         }
+    };
+    let since = match (number("sinceSeconds", 1)?, get("sinceTime")) {
+        (Some(_), Some(_)) => {
+            return Err("at most one of `sinceTime` or `sinceSeconds` may be specified".into());
+        }
+        // Further back than time goes: everything.
+        (Some(seconds), None) => Some(
+            jiff::Timestamp::now()
+                .checked_sub(jiff::SignedDuration::from_secs(seconds))
+                .unwrap_or(jiff::Timestamp::MIN),
+        ),
         (None, Some(t)) => match t.parse::<jiff::Timestamp>() {
             Ok(t) => Some(t),
-            Err(_) => return text(StatusCode::BAD_REQUEST, "sinceTime: not an RFC 3339 time"),
+            Err(_) => return Err("sinceTime: not an RFC 3339 time".into()),
         },
         (None, None) => None,
     };
@@ -578,19 +593,18 @@ async fn container_logs(
         Some("Stdout") => Some("stdout"),
         Some("Stderr") => Some("stderr"),
         Some(other) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                    "stream: Unsupported value: {other:?}: supported values: \"All\", \"Stderr\", \"Stdout\""
-                ),
-            );
+            return Err(format!(
+                "stream: Unsupported value: {other:?}: supported values: \"All\", \"Stderr\", \"Stdout\""
+            ));
         }
     };
+    let tail = number("tailLines", 0)?.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let limit_bytes = number("limitBytes", 1)?.map(|n| n.unsigned_abs());
     let args = LogsArgs {
         target: format!("{namespace}/{pod}"),
         container: Some(container.to_owned()),
         follow: flag("follow"),
-        tail: number("tailLines").map(|n| n as usize),
+        tail,
         previous: flag("previous"),
         timestamps: flag("timestamps"),
         since,
@@ -599,7 +613,21 @@ async fn container_logs(
         // nanolet's `logs -f` goes on into the next one after a restart.
         instance_only: false,
     };
-    match read_log(ctx.layout.root.clone(), args, number("limitBytes")).await {
+    Ok((args, limit_bytes))
+}
+
+async fn container_logs(
+    ctx: &Context,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+    query: &[(String, String)],
+) -> Response<Body> {
+    let (args, limit_bytes) = match log_options(namespace, pod, container, query) {
+        Ok(parsed) => parsed,
+        Err(message) => return text(StatusCode::BAD_REQUEST, &message),
+    };
+    match read_log(ctx.layout.root.clone(), args, limit_bytes).await {
         Ok(rx) => {
             let body = StreamBody::new(rx.map(|b| Ok::<_, BodyError>(Frame::data(b))));
             let mut response = Response::new(BodyExt::boxed_unsync(body));
@@ -648,4 +676,57 @@ async fn read_log(
         source: std::io::Error::other("it ended early"),
     })??;
     Ok(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(query: &str) -> Result<(LogsArgs, Option<u64>), String> {
+        let pairs: Vec<(String, String)> = query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        log_options("ns", "p", "c", &pairs)
+    }
+
+    #[test]
+    fn log_parameters_at_their_limits_are_answered_not_overflowed() {
+        // Further back than jiff's range: every line, no panic.
+        for seconds in ["999999999999", &i64::MAX.to_string()] {
+            let (args, _) = parse(&format!("sinceSeconds={seconds}")).unwrap();
+            assert_eq!(args.since, Some(jiff::Timestamp::MIN));
+        }
+        let (args, limit) = parse("tailLines=9223372036854775807&limitBytes=4294967296").unwrap();
+        assert_eq!(
+            args.tail,
+            Some(usize::try_from(i64::MAX).unwrap_or(usize::MAX))
+        );
+        assert_eq!(limit, Some(1 << 32));
+        for bad in [
+            "sinceSeconds=0",
+            "sinceSeconds=-5",
+            "sinceSeconds=18446744073709551615",
+            "tailLines=-1",
+            "limitBytes=0",
+            "limitBytes=x",
+            "sinceSeconds=5&sinceTime=2025-01-01T00:00:00Z",
+            "sinceTime=yesterday",
+            "stream=Both",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_byte_limit_past_usize_still_passes_bytes_through() {
+        let (tx, rx) = smol::channel::bounded(1);
+        let mut out = ChannelWriter {
+            tx,
+            left: Some(u64::MAX),
+        };
+        assert_eq!(out.write(b"abc").unwrap(), 3);
+        assert_eq!(&rx.try_recv().unwrap()[..], b"abc");
+    }
 }
