@@ -719,7 +719,7 @@ impl Worker {
         Ok(())
     }
 
-    /// Writes the volumes nanolet fills itself (tmpfs, small files).
+    /// Writes the volumes nanolet fills itself, off the loop.
     async fn prepare_volumes(&mut self) -> Result<(), String> {
         self.refresh_objects().await?;
         let downward = self.downward();
@@ -737,9 +737,12 @@ impl Worker {
                 volumes::project(&self.pod, projection, &self.objects, &downward).map_err(|e| {
                     format!("MountVolume.SetUp failed for volume {:?}: {e}", volume.name)
                 })?;
-            volumes::write_atomically(dir, &files, self.pod.fs_group).map_err(|e| {
-                format!("MountVolume.SetUp failed for volume {:?}: {e}", volume.name)
-            })?;
+            let (dir, group) = (dir.clone(), self.pod.fs_group);
+            crate::helpers::unblock(move || volumes::write_atomically(&dir, &files, group))
+                .await
+                .map_err(|e| {
+                    format!("MountVolume.SetUp failed for volume {:?}: {e}", volume.name)
+                })?;
         }
         self.volumes_written = Some(Instant::now());
         Ok(())

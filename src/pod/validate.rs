@@ -1356,12 +1356,12 @@ fn convert_container(
     let mut mounts = Vec::new();
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
         let mfield = format!("{field}.volumeMounts[{i}]");
-        if !volumes.iter().any(|v| v.name == m.name) {
+        let Some(volume) = volumes.iter().find(|v| v.name == m.name) else {
             return Err(invalid(
                 format!("{mfield}.name"),
                 format!("no volume named {:?}", m.name),
             ));
-        }
+        };
         if !m.mount_path.starts_with('/') || m.mount_path.split('/').any(|p| p == "..") {
             return Err(invalid(
                 format!("{mfield}.mountPath"),
@@ -1397,7 +1397,10 @@ fn convert_container(
         mounts.push(VolumeMount {
             volume: m.name.clone(),
             path: m.mount_path.clone(),
-            read_only: m.read_only.unwrap_or(false),
+            // The files the agent writes are read-only to containers
+            // whatever the pod says, as upstream's since CVE-2017-1002102.
+            read_only: m.read_only.unwrap_or(false)
+                || matches!(volume.source, VolumeSource::Projected(_)),
             sub_path,
             propagation,
         });
