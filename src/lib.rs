@@ -13,6 +13,7 @@ pub mod monitor;
 pub mod mount;
 pub mod pod;
 pub mod quantity;
+pub mod rooted;
 pub mod rt;
 pub mod runtime;
 pub mod server;

@@ -9,14 +9,17 @@
 //! nodes are skipped, and sizes and entry counts are capped. Runs off the
 //! event loop (it is blocking file I/O).
 
+use std::cell::Cell;
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use flate2::read::GzDecoder;
+use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag, makedev, mknod};
 use nix::unistd::{Gid, Uid, mkfifo};
 
@@ -103,23 +106,159 @@ fn open_layer(blob: &Path) -> Result<Box<dyn Read>, UnpackError> {
     }
 }
 
+/// The longest GNU long name or link the reader keeps (Linux's PATH_MAX
+/// is 4096), and the largest PAX header: their bodies are held in memory,
+/// so a layer may not make them as large as it likes.
+const MAX_LONG_NAME: u64 = 64 << 10;
+const MAX_PAX_HEADER: u64 = 1 << 20;
+
+/// Counts what the decompressor yields and fails past `limit`: headers,
+/// padding and skipped entries are bytes a decompression bomb can be made
+/// of, too.
+struct Counted<R> {
+    inner: R,
+    read: Rc<Cell<u64>>,
+    limit: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get().saturating_add(n as u64));
+        if self.read.get() > self.limit {
+            return Err(io::Error::other("layer decompresses past its limit"));
+        }
+        Ok(n)
+    }
+}
+
+/// What GNU long-name and PAX headers say of the entry that follows them,
+/// read here with caps rather than by the tar reader, which buffers their
+/// bodies whole.
+#[derive(Default)]
+struct Extensions {
+    path: Option<Vec<u8>>,
+    link: Option<Vec<u8>>,
+    uid: Option<u64>,
+    gid: Option<u64>,
+    size: Option<u64>,
+}
+
+impl Extensions {
+    /// Takes an extension entry in; false if `entry` is a member itself.
+    fn take<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<R>,
+        display: &str,
+    ) -> Result<bool, UnpackError> {
+        let kind = entry.header().entry_type();
+        let cap = match kind {
+            tar::EntryType::GNULongName | tar::EntryType::GNULongLink => MAX_LONG_NAME,
+            tar::EntryType::XHeader | tar::EntryType::XGlobalHeader => MAX_PAX_HEADER,
+            _ => return Ok(false),
+        };
+        if entry.size() > cap {
+            return Err(hostile(
+                display,
+                "a long name or PAX header past its size limit",
+            ));
+        }
+        let mut body = Vec::new();
+        entry
+            .take(cap)
+            .read_to_end(&mut body)
+            .map_err(UnpackError::Tar)?;
+        match kind {
+            tar::EntryType::GNULongName => self.path = Some(trim_nul(body)),
+            tar::EntryType::GNULongLink => self.link = Some(trim_nul(body)),
+            // Global headers set defaults nobody relies on in layers.
+            tar::EntryType::XGlobalHeader => {}
+            _ => {
+                for record in tar::PaxExtensions::new(&body) {
+                    let record = record.map_err(|_| hostile(display, "malformed PAX header"))?;
+                    let number = || {
+                        record
+                            .value()
+                            .ok()
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .ok_or_else(|| hostile(display, "malformed PAX number"))
+                    };
+                    match record.key_bytes() {
+                        b"path" => self.path = Some(record.value_bytes().to_vec()),
+                        b"linkpath" => self.link = Some(record.value_bytes().to_vec()),
+                        b"uid" => self.uid = Some(number()?),
+                        b"gid" => self.gid = Some(number()?),
+                        b"size" => self.size = Some(number()?),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn trim_nul(mut bytes: Vec<u8>) -> Vec<u8> {
+    while bytes.last() == Some(&0) {
+        bytes.pop();
+    }
+    bytes
+}
+
 pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackError> {
     fs::create_dir_all(dest).map_err(io_at(dest))?;
-    let reader = open_layer(blob)?;
+    let dest_dir = nix::fcntl::open(
+        dest,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_at(dest)(e.into()))?;
+    // Each entry's 512-byte header, and padding up to the next, on top of
+    // the files' bytes.
+    let decoded_limit = limits
+        .max_bytes
+        .saturating_add(limits.max_entries.saturating_mul(1024));
+    let decoded = Rc::new(Cell::new(0));
+    let reader = Counted {
+        inner: open_layer(blob)?,
+        read: decoded.clone(),
+        limit: decoded_limit,
+    };
     let mut archive = tar::Archive::new(reader);
     let mut stats = Stats::default();
     // Directory modes are applied last: a read-only directory must still
     // receive its entries.
     let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
-    for entry in archive.entries().map_err(UnpackError::Tar)? {
-        let mut entry = entry.map_err(UnpackError::Tar)?;
+    let mut extensions = Extensions::default();
+    let read_error = |e: io::Error| {
+        if decoded.get() > decoded_limit {
+            UnpackError::TooLarge {
+                limit: limits.max_bytes,
+            }
+        } else {
+            UnpackError::Tar(e)
+        }
+    };
+    for entry in archive.entries().map_err(UnpackError::Tar)?.raw(true) {
+        let mut entry = entry.map_err(read_error)?;
         stats.entries += 1;
         if stats.entries > limits.max_entries {
             return Err(UnpackError::TooManyEntries {
                 limit: limits.max_entries,
             });
         }
-        let raw_path = entry.path_bytes().into_owned();
+        let header_display = String::from_utf8_lossy(&entry.header().path_bytes()).into_owned();
+        match extensions.take(&mut entry, &header_display) {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(UnpackError::Tar(e)) => return Err(read_error(e)),
+            Err(e) => return Err(e),
+        }
+        let this = std::mem::take(&mut extensions);
+        let raw_path = this
+            .path
+            .clone()
+            .unwrap_or_else(|| entry.header().path_bytes().into_owned());
         let display = String::from_utf8_lossy(&raw_path).into_owned();
         let Some(rel) = normalise(&raw_path, &display)? else {
             continue; // the root itself
@@ -155,10 +294,21 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
         if !limits.contents.setuid && kind_is_file(header.entry_type()) {
             mode &= !0o6000;
         }
-        let uid = header.uid().unwrap_or(0);
-        let gid = header.gid().unwrap_or(0);
+        let uid = this.uid.unwrap_or_else(|| header.uid().unwrap_or(0));
+        let gid = this.gid.unwrap_or_else(|| header.gid().unwrap_or(0));
         let kind = header.entry_type();
-        let size = header.size().unwrap_or(0);
+        // What the reader framed the entry by: a PAX size it did not see
+        // would make it read file data as headers.
+        let size = entry.size();
+        if this.size.is_some_and(|s| s != size) {
+            return Err(hostile(&display, "a PAX size other than the header's"));
+        }
+        let link = this.link.or_else(|| {
+            entry
+                .header()
+                .link_name_bytes()
+                .map(std::borrow::Cow::into_owned)
+        });
         if kind_is_file(kind) {
             stats.bytes += size;
             if stats.bytes > limits.max_bytes {
@@ -170,12 +320,21 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
             let mut file = fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(&target)
                 .map_err(io_at(&target))?;
             // Copy no more than the header promised.
-            io::copy(&mut (&mut entry).take(size), &mut file).map_err(io_at(&target))?;
-            chown(&target, uid, gid)?;
-            fs::set_permissions(&target, fs::Permissions::from_mode(mode))
+            let copied = io::copy(&mut (&mut entry).take(size), &mut file);
+            if decoded.get() > decoded_limit {
+                return Err(UnpackError::TooLarge {
+                    limit: limits.max_bytes,
+                });
+            }
+            copied.map_err(io_at(&target))?;
+            let (uid, gid) = owner(&target, uid, gid)?;
+            nix::unistd::fchown(&file, Some(uid), Some(gid))
+                .map_err(|e| io_at(&target)(e.into()))?;
+            file.set_permissions(fs::Permissions::from_mode(mode))
                 .map_err(io_at(&target))?;
         } else if kind.is_dir() {
             match fs::symlink_metadata(&target) {
@@ -187,22 +346,16 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
                 Err(_) => fs::create_dir(&target).map_err(io_at(&target))?,
             }
             chown(&target, uid, gid)?;
-            dir_modes.push((target, mode));
+            dir_modes.push((rel, mode));
         } else if kind.is_symlink() {
-            let link = entry
-                .link_name_bytes()
-                .ok_or_else(|| hostile(&display, "symlink without a target"))?
-                .into_owned();
+            let link = link.ok_or_else(|| hostile(&display, "symlink without a target"))?;
             remove_existing(&target)?;
             // The target may point anywhere: it is resolved only inside the
             // container's root, and no later entry is written through it.
             symlink(OsStr::from_bytes(&link), &target).map_err(io_at(&target))?;
             lchown(&target, uid, gid)?;
         } else if kind.is_hard_link() {
-            let link = entry
-                .link_name_bytes()
-                .ok_or_else(|| hostile(&display, "hardlink without a target"))?
-                .into_owned();
+            let link = link.ok_or_else(|| hostile(&display, "hardlink without a target"))?;
             let link_rel = normalise(&link, &display)?
                 .ok_or_else(|| hostile(&display, "hardlink to the layer root"))?;
             ensure_parents(dest, &link_rel, &display)?;
@@ -238,22 +391,27 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
             // Runtimes provide /dev; a device node in an image is a way out
             // of the container, so it is not created.
             stats.skipped_devices += 1;
-        } else if matches!(
-            kind,
-            tar::EntryType::XGlobalHeader
-                | tar::EntryType::XHeader
-                | tar::EntryType::GNULongName
-                | tar::EntryType::GNULongLink
-        ) {
-            // Consumed by the tar reader; nothing to create.
         } else {
             log::debug!("layer entry {display:?}: type {kind:?} ignored");
         }
     }
     // Deepest first, so that a parent's mode never blocks a child's chmod.
+    // A later entry may have replaced a directory, or one above it, with a
+    // symlink: each is opened beneath the layer without following any, and
+    // one that is no longer a directory keeps no mode.
     dir_modes.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
-    for (dir, mode) in dir_modes {
-        fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).map_err(io_at(&dir))?;
+    for (relative, mode) in dir_modes {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+        match crate::rooted::open_beneath(&dest_dir, &relative, flags) {
+            Ok(dir) => nix::sys::stat::fchmod(&dir, Mode::from_bits_truncate(mode))
+                .map_err(|e| io_at(&dest.join(&relative))(e.into()))?,
+            Err(
+                nix::Error::ELOOP | nix::Error::ENOTDIR | nix::Error::ENOENT | nix::Error::EXDEV,
+            ) => {
+                log::debug!("layer dir {relative:?} was replaced; its mode is not applied");
+            }
+            Err(e) => return Err(io_at(&dest.join(&relative))(e.into())),
+        }
     }
     Ok(stats)
 }
@@ -341,15 +499,20 @@ fn chown(path: &Path, uid: u64, gid: u64) -> Result<(), UnpackError> {
     lchown(path, uid, gid)
 }
 
+fn owner(path: &Path, uid: u64, gid: u64) -> Result<(Uid, Gid), UnpackError> {
+    match (u32::try_from(uid), u32::try_from(gid)) {
+        (Ok(uid), Ok(gid)) => Ok((Uid::from_raw(uid), Gid::from_raw(gid))),
+        _ => Err(hostile(&path.to_string_lossy(), "owner id out of range")),
+    }
+}
+
 fn lchown(path: &Path, uid: u64, gid: u64) -> Result<(), UnpackError> {
-    let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
-        return Err(hostile(&path.to_string_lossy(), "owner id out of range"));
-    };
+    let (uid, gid) = owner(path, uid, gid)?;
     nix::unistd::fchownat(
         nix::fcntl::AT_FDCWD,
         path,
-        Some(Uid::from_raw(uid)),
-        Some(Gid::from_raw(gid)),
+        Some(uid),
+        Some(gid),
         nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     )
     .map_err(|e| UnpackError::Io {
@@ -374,6 +537,10 @@ mod tests {
         Char(&'a str),
         Fifo(&'a str),
         Setuid(&'a str),
+        /// A directory of the given mode.
+        DirMode(&'a str, u32),
+        /// A GNU long-name header claiming `size` bytes, with `body`.
+        LongName(u64, &'a [u8]),
     }
 
     /// Writes a tar by hand so that hostile names reach the unpacker
@@ -390,13 +557,19 @@ mod tests {
                 E::Char(n) => (n, tar::EntryType::Char, b"", ""),
                 E::Fifo(n) => (n, tar::EntryType::Fifo, b"", ""),
                 E::Setuid(n) => (n, tar::EntryType::Regular, b"", ""),
+                E::DirMode(n, _) => (n, tar::EntryType::Directory, b"", ""),
+                E::LongName(_, b) => ("././@LongLink", tar::EntryType::GNULongName, b, ""),
             };
             h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
             h.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
             h.set_entry_type(kind);
-            h.set_size(body.len() as u64);
+            h.set_size(match e {
+                E::LongName(claimed, _) => *claimed,
+                _ => body.len() as u64,
+            });
             h.set_mode(match e {
                 E::Dir(_) => 0o755,
+                E::DirMode(_, mode) => *mode,
                 E::Setuid(_) => 0o4755,
                 _ => 0o644,
             });
@@ -523,6 +696,96 @@ mod tests {
             unpack(&blob, &t.0.join("o2"), few),
             Err(UnpackError::TooManyEntries { .. })
         ));
+    }
+
+    /// containerd's CVE-2021-32760 class: a directory's mode, applied at
+    /// the end, must not land on what a later entry put at its path.
+    #[test]
+    fn a_directory_replaced_by_a_symlink_keeps_its_mode_to_itself() {
+        let t = temp();
+        let host_file = t.0.join("host-file");
+        fs::write(&host_file, "x").unwrap();
+        fs::set_permissions(&host_file, fs::Permissions::from_mode(0o600)).unwrap();
+        let host = host_file.to_str().unwrap();
+        let blob = layer(
+            &t.0,
+            &[
+                E::DirMode("x/", 0o4777),
+                E::Symlink("x", host),
+                E::DirMode("d/", 0o755),
+                E::DirMode("d/inner/", 0o4777),
+                E::Symlink("d", &t.0.to_string_lossy()),
+            ],
+        );
+        unpack(&blob, &t.0.join("out"), Limits::default()).unwrap();
+        let mode = fs::metadata(&host_file).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600);
+        let mode = fs::metadata(&t.0).unwrap().permissions().mode() & 0o7777;
+        assert_ne!(mode, 0o4777);
+    }
+
+    #[test]
+    fn long_names_and_pax_headers_are_capped_and_counted() {
+        let t = temp();
+        // Claims 1 GiB: refused before its body is read (the tar reader
+        // buffered such bodies whole).
+        let blob = layer(&t.0, &[E::LongName(1 << 30, &[b'a'; 4096])]);
+        let err = unpack(&blob, &t.0.join("huge"), Limits::default()).unwrap_err();
+        assert!(matches!(err, UnpackError::Hostile { .. }), "{err}");
+        // Within the cap, but past what the layer may decompress to.
+        let blob = layer(
+            &t.0,
+            &[E::LongName(60_000, &[b'a'; 60_000]), E::File("f", b"")],
+        );
+        let small = Limits {
+            max_bytes: 1000,
+            max_entries: 10,
+            ..Limits::default()
+        };
+        let err = unpack(&blob, &t.0.join("small"), small).unwrap_err();
+        assert!(matches!(err, UnpackError::TooLarge { .. }), "{err}");
+
+        // What the reader now does itself still works: GNU long names and
+        // links, PAX paths, owners and link paths.
+        let long = format!("{}/file", "d".repeat(200));
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(2);
+        h.set_mode(0o644);
+        builder.append_data(&mut h, &long, &b"ok"[..]).unwrap();
+        builder
+            .append_pax_extensions([
+                ("path", "pax/named".as_bytes()),
+                ("uid", b"4242"),
+                ("size", b"3"),
+            ])
+            .unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_path("short").unwrap();
+        h.set_size(3);
+        h.set_mode(0o644);
+        h.set_cksum();
+        builder.append(&h, &b"pax"[..]).unwrap();
+        let target = format!("{}/target", "t".repeat(200));
+        builder
+            .append_pax_extensions([("linkpath", target.as_bytes())])
+            .unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_path("link").unwrap();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        h.set_cksum();
+        builder.append(&h, &b""[..]).unwrap();
+        let blob = t.0.join("names.tar");
+        fs::write(&blob, builder.into_inner().unwrap()).unwrap();
+        let out = t.0.join("names");
+        unpack(&blob, &out, Limits::default()).unwrap();
+        assert_eq!(fs::read_to_string(out.join(&long)).unwrap(), "ok");
+        assert_eq!(fs::read_to_string(out.join("pax/named")).unwrap(), "pax");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(fs::metadata(out.join("pax/named")).unwrap().uid(), 4242);
+        assert!(!out.join("short").exists());
+        assert_eq!(fs::read_link(out.join("link")).unwrap(), Path::new(&target));
     }
 
     #[test]
