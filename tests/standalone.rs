@@ -2315,6 +2315,9 @@ enum Entry<'a> {
     Symlink(&'a str, &'a str),
     Hardlink(&'a str, &'a str),
     Char(&'a str),
+    Dir(&'a str, u32),
+    /// A GNU long-name header that claims `size` bytes, with `body`.
+    LongName(u64, &'a [u8]),
 }
 
 /// A tar written by hand, so that hostile names reach the registry (and
@@ -2328,12 +2331,20 @@ fn crafted_tar(path: &std::path::Path, entries: &[Entry]) {
             Entry::Symlink(n, t) => (n, tar::EntryType::Symlink, b"", t),
             Entry::Hardlink(n, t) => (n, tar::EntryType::Link, b"", t),
             Entry::Char(n) => (n, tar::EntryType::Char, b"", ""),
+            Entry::Dir(n, _) => (n, tar::EntryType::Directory, b"", ""),
+            Entry::LongName(_, b) => ("././@LongLink", tar::EntryType::GNULongName, b, ""),
         };
         h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
         h.as_old_mut().linkname[..link.len()].copy_from_slice(link.as_bytes());
         h.set_entry_type(kind);
-        h.set_size(body.len() as u64);
-        h.set_mode(0o644);
+        h.set_size(match e {
+            Entry::LongName(claimed, _) => *claimed,
+            _ => body.len() as u64,
+        });
+        h.set_mode(match e {
+            Entry::Dir(_, mode) => *mode,
+            _ => 0o644,
+        });
         h.set_uid(0);
         h.set_gid(0);
         h.set_cksum();
@@ -2352,6 +2363,14 @@ fn hostile_layers_from_a_registry_write_nothing_outside_their_layer() {
     // What a layer must not reach: a dir of the host's, with a file in it.
     let host = common::TempDir::new("nanolet-host-target");
     fs::write(host.path().join("secret"), b"host").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(
+            host.path().join("secret"),
+            fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+    }
     let target = host.path().to_str().unwrap().trim_start_matches('/');
     let up = "../".repeat(8);
     let pwned = format!("{target}/pwned");
@@ -2405,6 +2424,16 @@ fn hostile_layers_from_a_registry_write_nothing_outside_their_layer() {
             "entries",
             many.iter().map(|n| Entry::File(n, b"")).collect(),
             "more than 1000 entries",
+        ),
+        // Claims 1 GiB, which the tar reader buffered whole (a 1 MB gzip
+        // layer of such a name took the agent to 9.5 GB).
+        (
+            "long-name",
+            vec![
+                Entry::LongName(1 << 30, &[b'a'; 8192]),
+                Entry::File("x", b""),
+            ],
+            "a long name or PAX header past its size limit",
         ),
     ];
 
@@ -2502,6 +2531,10 @@ fn hostile_layers_from_a_registry_write_nothing_outside_their_layer() {
                 Entry::File(&absolute, b"in-layer"),
                 Entry::Char("dev-null"),
                 Entry::Symlink("escape", host.path().to_str().unwrap()),
+                // Its mode was applied at the end, through the link that
+                // replaced it (containerd's CVE-2021-32760 class).
+                Entry::Dir("moded/", 0o4777),
+                Entry::Symlink("moded", &host_secret),
             ],
             &[Entry::File("escape/pwned", b"upper")],
         ],
@@ -2531,6 +2564,12 @@ fn hostile_layers_from_a_registry_write_nothing_outside_their_layer() {
         .collect();
     assert_eq!(names, ["secret"]);
     assert_eq!(fs::read(host.path().join("secret")).unwrap(), b"host");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(host.path().join("secret"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o600);
 }
 
 fn random_bytes(n: u64) -> Vec<u8> {
