@@ -69,3 +69,103 @@ fn a_container_cannot_make_the_agent_delete_through_its_volume() {
         a.record("attack").is_none().then_some(())
     });
 }
+
+/// A layer of `entries` (path, kind, link target), written with tar's own
+/// builder: these shapes are legal tar.
+fn layer_with(
+    dir: &std::path::Path,
+    name: &str,
+    entries: &[(&str, tar::EntryType, &str)],
+) -> String {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, kind, target) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(*kind);
+        h.set_size(0);
+        h.set_mode(0o644);
+        if kind.is_symlink() {
+            builder.append_link(&mut h, path, target).unwrap();
+        } else {
+            builder.append_data(&mut h, path, &b""[..]).unwrap();
+        }
+    }
+    let path = dir.join(format!("{name}.tar"));
+    fs::write(&path, builder.into_inner().unwrap()).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// The agent resolved an image's user by reading its /etc/passwd with the
+/// host's path resolution, on its loop: a link to /dev/zero grew it to
+/// 24 GB, a FIFO stopped it. Now both are the pod's error, and the agent
+/// runs the next pod.
+#[test]
+fn an_image_user_database_cannot_exhaust_or_stop_the_agent() {
+    let registry = Registry::start();
+    let work = TempDir::new("nanolet-userdb");
+    let zero = layer_with(
+        work.path(),
+        "zero",
+        &[("etc/passwd", tar::EntryType::Symlink, "/dev/zero")],
+    );
+    let fifo = layer_with(
+        work.path(),
+        "fifo",
+        &[("etc/passwd", tar::EntryType::Fifo, "")],
+    );
+    let images = [
+        (
+            "zero",
+            registry.push("test/zero-passwd:1", &["--layer", &zero, "--user", "app"]),
+        ),
+        (
+            "fifo",
+            registry.push("test/fifo-passwd:1", &["--layer", &fifo, "--user", "app"]),
+        ),
+    ];
+    let agent = Agent::start(&registry);
+    for (name, image) in &images {
+        agent.write_manifest(
+            &format!("{name}.yaml"),
+            &pod_yaml(
+                name,
+                "",
+                &format!("  - name: c\n    image: {image}\n    command: ['true']\n"),
+            ),
+        );
+    }
+    for (name, expected) in [
+        ("zero", "\"app\" not found"),
+        ("fifo", "not a regular file"),
+    ] {
+        let waiting = agent.wait_for(&format!("{name}: a config error"), T, |a| {
+            let c = a.container_status(name, "c")?;
+            let waiting = c["state"]["waiting"].clone();
+            (waiting["reason"] == "CreateContainerConfigError").then_some(waiting)
+        });
+        let message = waiting["message"].as_str().unwrap_or_default();
+        assert!(message.contains(expected), "{name}: {message}");
+    }
+    let image = registry.push("test/busybox:1", &[]);
+    agent.write_manifest(
+        "next.yaml",
+        &pod_yaml(
+            "next",
+            "  terminationGracePeriodSeconds: 1\n",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("next");
+    // The agent's own memory stayed small (it was 24 GB).
+    let pid = agent.pid().expect("the agent runs");
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap();
+    assert!(rss_kib < 100 << 10, "agent RSS {rss_kib} KiB");
+    for name in ["zero", "fifo", "next"] {
+        agent.remove_manifest(&format!("{name}.yaml"));
+    }
+    agent.wait_for("the pods gone", T, |a| a.records().is_empty().then_some(()));
+}

@@ -22,6 +22,8 @@ pub enum SpecError {
         "no command specified: the container has no command and the image no entrypoint or cmd"
     )]
     NoCommand,
+    #[error("the image's user database: {0}")]
+    ImageFile(String),
     #[error("user {0:?} not found in the image's /etc/passwd")]
     UnknownUser(String),
     #[error("group {0:?} not found in the image's /etc/group")]
@@ -400,6 +402,21 @@ pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: u64) -> 
     }
 }
 
+/// The largest /etc/passwd or /etc/group read from an image.
+const MAX_USER_DATABASE: u64 = 1 << 20;
+
+/// An image's /etc/passwd or /etc/group, resolved inside its rootfs as the
+/// container would (a link to /dev/zero or a host file stays inside), and
+/// read only when a regular file within the cap: read on the loop, a FIFO
+/// or an endless file must not stop or swell the agent. Missing is empty.
+fn image_database(rootfs: &Path, path: &str) -> Result<String, SpecError> {
+    match crate::rooted::read_in_root(rootfs, Path::new(path), MAX_USER_DATABASE) {
+        Ok(data) => Ok(String::from_utf8_lossy(&data).into_owned()),
+        Err(e) if e.is_not_found() => Ok(String::new()),
+        Err(e) => Err(SpecError::ImageFile(e.to_string())),
+    }
+}
+
 /// Resolves the process user: the container's securityContext, then the
 /// pod's, then the image's `User` (looked up in the rootfs when a name).
 pub fn resolve_user(
@@ -413,8 +430,8 @@ pub fn resolve_user(
         Some((u, g)) => (u.to_owned(), Some(g.to_owned())),
         None => (image_user.clone(), None),
     };
-    let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).unwrap_or_default();
-    let group = std::fs::read_to_string(rootfs.join("etc/group")).unwrap_or_default();
+    let passwd = image_database(rootfs, "/etc/passwd")?;
+    let group = image_database(rootfs, "/etc/group")?;
     let lookup = |db: &str, key: &str, by_name: bool| -> Option<(u32, Option<u32>)> {
         db.lines().find_map(|line| {
             let f: Vec<&str> = line.split(':').collect();
@@ -949,5 +966,51 @@ mod tests {
         let explicit = pod("[{name: a, image: x:1, securityContext: {runAsUser: 1000}}]");
         let u = resolve_user(&explicit, &explicit.containers[0], &with_user(""), &dir).unwrap();
         assert_eq!((u.uid, u.gid), (1000, 1001));
+    }
+
+    /// An image whose /etc/passwd is a link to /dev/zero grew the agent
+    /// to 24 GB (read with the host's resolution); a FIFO there blocked the
+    /// loop. Both resolve inside the rootfs and are refused as not files.
+    #[test]
+    fn hostile_user_databases_are_refused_not_followed() {
+        let guard = crate::state::TestDir::new("spec");
+        let dir = guard.0.clone();
+        std::fs::create_dir_all(dir.join("etc")).unwrap();
+        std::fs::create_dir_all(dir.join("dev")).unwrap();
+        nix::unistd::mkfifo(
+            &dir.join("dev/zero"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("etc/passwd")).unwrap();
+        nix::unistd::mkfifo(
+            &dir.join("etc/group"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let p = pod("[{name: a, image: x:1}]");
+        let c = &p.containers[0];
+        let app = RunConfig {
+            user: Some("app".into()),
+            ..Default::default()
+        };
+        let e = resolve_user(&p, c, &app, &dir).unwrap_err();
+        assert!(
+            matches!(&e, SpecError::ImageFile(m) if m.contains("not a regular file")),
+            "{e}"
+        );
+        std::fs::remove_file(dir.join("etc/passwd")).unwrap();
+        std::fs::remove_file(dir.join("etc/group")).unwrap();
+        std::fs::write(
+            dir.join("big"),
+            vec![b'#'; (MAX_USER_DATABASE + 1) as usize],
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("../../../big", dir.join("etc/passwd")).unwrap();
+        let e = resolve_user(&p, c, &app, &dir).unwrap_err();
+        assert!(
+            matches!(&e, SpecError::ImageFile(m) if m.contains("larger than")),
+            "{e}"
+        );
     }
 }
