@@ -7,6 +7,7 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
+use common::apiserver::ApiServer;
 use common::{Agent, Registry, TempDir, pod_yaml};
 
 const T: Duration = Duration::from_secs(30);
@@ -168,4 +169,65 @@ fn an_image_user_database_cannot_exhaust_or_stop_the_agent() {
         agent.remove_manifest(&format!("{name}.yaml"));
     }
     agent.wait_for("the pods gone", T, |a| a.records().is_empty().then_some(()));
+}
+
+/// A port-forward to a pod whose sandbox was released (it completed) fell
+/// back to the node's own network namespace, and so reached anything
+/// listening on the node's loopback. The Python client does not check the
+/// phase as kubectl does.
+#[test]
+fn port_forward_never_reaches_the_nodes_loopback() {
+    use std::io::Write;
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "sec-portforward", &[]);
+    // What the forward must not reach: a server on the host's 127.0.0.1,
+    // which answers and counts who came.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reached.clone();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = conn.write_all(b"host-secret\n");
+        }
+    });
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: done}}\nspec:\n  restartPolicy: Never\n  automountServiceAccountToken: false\n  containers:\n  - {{name: c, image: {image}, command: ['true']}}\n"
+        )),
+    );
+    agent.wait_for("the pod completed and released", T, |a| {
+        let record = a.record("done")?;
+        (record["status"]["phase"] == "Succeeded"
+            && a.log()
+                .contains("done: finished; its sandbox and volumes are released"))
+        .then_some(())
+    });
+    let output = std::process::Command::new("/usr/bin/python3")
+        .arg(common::repo().join("tests/fixtures/python_port_forward_once.py"))
+        .arg(api.kubeconfig())
+        .args(["default", "done", &port.to_string()])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_str(&stdout).expect("its JSON");
+    assert_eq!(
+        reached.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the forward reached the host's loopback: {result}"
+    );
+    let data = result["data"].as_str().unwrap_or_default();
+    assert!(!data.contains("host-secret"), "{result}");
+    // Refused before the upgrade: the client sees the handshake's status.
+    let refused = result["refused"].as_str().unwrap_or_default();
+    assert!(refused.contains("400 Bad Request"), "{result}");
 }

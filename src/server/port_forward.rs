@@ -75,10 +75,31 @@ async fn find_target(
     uid: Option<&str>,
 ) -> Result<Target, Refused> {
     let record = super::pod_record(ctx, namespace, pod, uid).await?;
-    let netns = ctx.layout.pod(&record.uid).join("ns").join("net");
-    // mountinfo grows with the pods: read off the loop.
-    let netns =
-        crate::helpers::unblock(move || crate::mount::is_mounted(&netns).then_some(netns)).await;
+    let pod_dir = ctx.layout.pod(&record.uid);
+    // Only a hostNetwork pod is reached in the node's own namespace: a pod
+    // whose sandbox is gone (completed, evicted) must not fall through to
+    // the node's loopback. An unreadable checkpoint counts as a pod
+    // network. mountinfo grows with the pods: read off the loop.
+    let network = crate::helpers::unblock(move || {
+        let host_network = crate::agent::checkpoint::read_checkpoint(&pod_dir)
+            .ok()
+            .flatten()
+            .and_then(|c| c.manifest.spec)
+            .and_then(|spec| spec.host_network)
+            .unwrap_or(false);
+        let netns = pod_dir.join("ns").join("net");
+        match host_network {
+            true => Some(None),
+            false => crate::mount::is_mounted(&netns).then_some(Some(netns)),
+        }
+    })
+    .await;
+    let Some(netns) = network else {
+        return Err(Refused::new(
+            StatusCode::BAD_REQUEST,
+            format!("pod {pod} is not running: its network namespace is gone"),
+        ));
+    };
     Ok(Target {
         name: record.name,
         uid: record.uid,
