@@ -960,6 +960,34 @@ fn image_pull_secrets_authenticate_pulls() {
         let reason = phase_and_reason(&api, "always")?.1;
         (reason == "ErrImagePull" || reason == "ImagePullBackOff").then_some(())
     });
+    // The right username with a wrong password, from another namespace:
+    // refused too (the token cache was keyed by username, so this pod got
+    // the first one's token and pulled the private image).
+    let wrong = base64_encode("puller:guessed");
+    let config = format!(
+        r#"{{"auths":{{"{}":{{"auth":"{wrong}"}}}}}}"#,
+        registry.addr
+    );
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: other}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: regcred, namespace: other}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: guessed, namespace: other}}\nspec:\n  automountServiceAccountToken: false\n  imagePullSecrets: [{{name: regcred}}]\n  containers:\n  - name: main\n    image: {image}\n    imagePullPolicy: Always\n    command: [sleep, '3600']\n"
+        )),
+    );
+    let guessed = wait(&agent, "a refused pull with a wrong password", T, || {
+        let p = get(&api, &["get", "pod", "guessed", "-n", "other"])?;
+        let state = &p["status"]["containerStatuses"][0]["state"];
+        (state["running"].is_object()
+            || matches!(
+                state["waiting"]["reason"].as_str(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            ))
+        .then_some(p)
+    });
+    assert!(
+        !guessed["status"]["containerStatuses"][0]["state"]["running"].is_object(),
+        "pulled with a wrong password: {guessed:#}"
+    );
     common::assert_authenticated_pull(&registry, &agent, "private/app:pull");
 }
 

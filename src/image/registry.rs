@@ -63,12 +63,28 @@ impl RegistryError {
 const MAX_MANIFEST: usize = 4 << 20;
 const MAX_TOKEN: usize = 1 << 20;
 
+/// What tells credentials apart in the token cache: a digest of the
+/// username and password (anonymous is its own key), so that the cache
+/// keeps no password in the clear.
+fn credentials_key(creds: Option<&Credentials>) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    if let Some(c) = creds {
+        hash.update(c.username.len().to_le_bytes());
+        hash.update(&c.username);
+        hash.update(&c.password);
+    }
+    hash.finalize().into()
+}
+
 pub struct Registry {
     http: Client,
     mirrors: BTreeMap<String, Vec<String>>,
-    /// Bearer tokens by (host, repository, user), reused until the registry
-    /// says 401.
-    tokens: RefCell<HashMap<(String, String, String), String>>,
+    /// Bearer tokens by (host, repository, credentials), reused until the
+    /// registry says 401. The credentials are keyed whole (as a digest): a
+    /// pod presenting someone's username with a wrong password must not
+    /// get their token.
+    tokens: RefCell<HashMap<(String, String, [u8; 32]), String>>,
 }
 
 impl Registry {
@@ -225,8 +241,11 @@ impl Registry {
         creds: Option<&Credentials>,
     ) -> Result<(Uri, hyper::Response<Incoming>), RegistryError> {
         let url = self.url(host, path)?;
-        let user = creds.map(|c| c.username.clone()).unwrap_or_default();
-        let token_key = (host.to_owned(), repository.to_owned(), user);
+        let token_key = (
+            host.to_owned(),
+            repository.to_owned(),
+            credentials_key(creds),
+        );
         let mut fetched_token = false;
         let mut basic = false;
         loop {
