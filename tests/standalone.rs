@@ -1871,6 +1871,41 @@ fn host_users_false_runs_the_pod_in_a_user_namespace_of_its_own() {
     .unwrap();
     let other_first = other["uidMappings"][0]["hostId"].as_u64().unwrap() as u32;
     assert_ne!(other_first, first);
+    // A host user other than the pod's cannot reach into the pod's dir:
+    // its volumes (where Secrets are) and their ID-mapped mounts, whose
+    // paths anyone can read in /proc/*/mountinfo.
+    let pod2_dir = agent.state.join(format!("pods/{}", uid_of("userns2")));
+    for file in [
+        pod2_dir.join("volumes/info/name"),
+        pod2_dir.join("idmapped/volumes/info/name"),
+    ] {
+        assert_eq!(fs::read_to_string(&file).unwrap(), "userns2");
+        let as_nobody = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            !as_nobody.status.success(),
+            "{} readable by nobody",
+            file.display()
+        );
+    }
+    // Logs are 0640, as containerd makes them.
+    let log_dir = fs::read_dir(&agent.logs)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().contains("_userns2_"))
+        .unwrap()
+        .path();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(log_dir.join("c/0.log"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o640);
+    }
     assert_eq!(host_uid(sleeper), Some(other_first + 1000));
 
     // Root inside is the range's first ID outside, for users and groups.

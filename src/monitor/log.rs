@@ -5,6 +5,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
@@ -12,6 +13,10 @@ use jiff::Timestamp;
 /// A line longer than this is split into partial (`P`) records, as
 /// container runtimes do.
 pub const MAX_LINE: usize = 16 * 1024;
+
+/// Containers' logs are the node's and its log shippers' (root), not every
+/// host user's: containerd's 0640.
+const LOG_MODE: u32 = 0o640;
 
 pub struct LogWriter {
     path: PathBuf,
@@ -26,7 +31,11 @@ impl LogWriter {
         if let Some(dir) = path.parent() {
             fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(LOG_MODE)
+            .open(path)?;
         let size = file.metadata()?.len();
         Ok(LogWriter {
             path: path.to_owned(),
@@ -66,6 +75,7 @@ impl LogWriter {
         self.file = OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(LOG_MODE)
             .open(&self.path)?;
         self.size = 0;
         let mut older = rotated_files(&self.path)?;
@@ -115,7 +125,12 @@ fn compress(path: &Path) -> io::Result<()> {
     let gz = PathBuf::from(format!("{}.gz", path.display()));
     let tmp = PathBuf::from(format!("{}.gz.tmp", path.display()));
     let mut input = File::open(path)?;
-    let output = File::create(&tmp)?;
+    let output = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(LOG_MODE)
+        .open(&tmp)?;
     let mut encoder = flate2::write::GzEncoder::new(output, flate2::Compression::default());
     io::copy(&mut input, &mut encoder)?;
     encoder.finish()?.sync_all()?;

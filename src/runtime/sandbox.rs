@@ -358,9 +358,9 @@ async fn user_namespace(pod_dir: &Path) -> Result<PodUserNs, SandboxError> {
     if let Some(closed) = userns::unsearchable_above(state_dir) {
         return Err(UsernsError::Unsearchable(closed).into());
     }
-    for dir in pod_dir.ancestors().take(3) {
-        userns::allow_traversal(dir)?;
-    }
+    userns::allow_traversal(state_dir)?;
+    userns::allow_traversal(pods_dir)?;
+    userns::open_to_pod_root(pod_dir, range)?;
     Ok(PodUserNs {
         range,
         pod_dir: pod_dir.to_owned(),

@@ -481,6 +481,17 @@ pub fn allow_traversal(dir: &Path) -> Result<(), UsernsError> {
     Ok(())
 }
 
+/// Opens a pod's own dir to that pod's root alone: group-owned by the
+/// range's first ID (the pod's root gid on the host), 0710. The state dir
+/// and `pods/` above it are searchable by others for every such pod's
+/// root; this dir keeps host users out of the pod's volumes (Secrets) and
+/// its ID-mapped mounts, whatever path they learn from mountinfo.
+pub fn open_to_pod_root(dir: &Path, range: IdRange) -> Result<(), UsernsError> {
+    nix::unistd::chown(dir, None, Some(nix::unistd::Gid::from_raw(range.host_id)))
+        .map_err(|e| io_at(dir)(e.into()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o710)).map_err(io_at(dir))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
