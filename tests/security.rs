@@ -231,3 +231,50 @@ fn port_forward_never_reaches_the_nodes_loopback() {
     let refused = result["refused"].as_str().unwrap_or_default();
     assert!(refused.contains("400 Bad Request"), "{result}");
 }
+
+/// CVE-2024-21626's trigger, from a pod or an image: a workingDir (or a
+/// mount target) through /proc/self/fd reached the host's filesystem with
+/// runc before 1.1.12. Refused whatever the runtime, as the pod's error.
+#[test]
+fn paths_through_proc_self_are_refused_from_pods_and_images() {
+    let registry = Registry::start();
+    let plain = registry.push("test/busybox:1", &[]);
+    let from_image = registry.push("test/procfd-workdir:1", &["--workdir", "/proc/self/fd/7"]);
+    let agent = Agent::start(&registry);
+    let pods = [
+        (
+            "by-pod",
+            plain.as_str(),
+            "    workingDir: /proc/self/fd/8\n",
+        ),
+        ("by-image", from_image.as_str(), ""),
+        (
+            "by-mount",
+            plain.as_str(),
+            "    volumeMounts: [{name: v, mountPath: /proc/1/cwd}]\n",
+        ),
+    ];
+    for (name, image, extra) in pods {
+        agent.write_manifest(
+            &format!("{name}.yaml"),
+            &pod_yaml(
+                name,
+                "  volumes: [{name: v, emptyDir: {}}]\n",
+                &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n{extra}"),
+            ),
+        );
+    }
+    for (name, _, _) in pods {
+        let waiting = agent.wait_for(&format!("{name}: a config error"), T, |a| {
+            let c = a.container_status(name, "c")?;
+            let waiting = c["state"]["waiting"].clone();
+            (waiting["reason"] == "CreateContainerConfigError").then_some(waiting)
+        });
+        let message = waiting["message"].as_str().unwrap_or_default();
+        assert!(message.contains("CVE-2024-21626"), "{name}: {message}");
+    }
+    for (name, _, _) in pods {
+        agent.remove_manifest(&format!("{name}.yaml"));
+    }
+    agent.wait_for("the pods gone", T, |a| a.records().is_empty().then_some(()));
+}

@@ -138,6 +138,9 @@ pub async fn run(
         crate::cgroup::detect(),
         layout.root.display()
     );
+    for escape in crate::runtime::advisories::known_escapes(config.runtime, &version) {
+        log::warn!("{escape}: upgrade the runtime");
+    }
     let http = Client::new(config.ca_file.clone(), config.insecure_registries.clone());
     let registry = Registry::new(http, config.registry_mirrors.clone());
     let store = Store::open(&layout.images())?;

@@ -12,6 +12,8 @@ use crate::runtime::cni::Cni;
 /// Prints the findings; returns whether pods can run here.
 pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
     let mut ok = true;
+    // A warning is printed but fails nothing: pods run.
+    let mut warnings = Vec::new();
     let mut line = |good: bool, what: &str, text: String| -> std::io::Result<()> {
         ok &= good;
         writeln!(
@@ -35,6 +37,15 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
                 "runtime",
                 format!("{} ({version})", runtime.display()),
             )?;
+            // Pods run, but the node should not stay so: not a failure.
+            let number = version
+                .split_whitespace()
+                .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+                .unwrap_or_default();
+            warnings.extend(crate::runtime::advisories::known_escapes(
+                config.runtime,
+                number,
+            ));
         }
         Some(problem) => line(false, "runtime", problem)?,
     }
@@ -152,6 +163,9 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
             ),
         )?,
         Err(e) => line(false, "pod network", e.to_string())?,
+    }
+    for warning in warnings {
+        writeln!(out, "{:<5} {:<12} {warning}", "warn", "advisory")?;
     }
     Ok(ok)
 }

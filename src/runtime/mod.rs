@@ -1,6 +1,7 @@
 //! Turning pods into running processes: the sandbox, container bundles
 //! (rootfs + OCI spec), the OCI runtime driver and the pod monitor.
 
+pub mod advisories;
 pub mod apparmor;
 pub mod attached_exec;
 pub mod cni;

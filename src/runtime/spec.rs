@@ -22,6 +22,10 @@ pub enum SpecError {
         "no command specified: the container has no command and the image no entrypoint or cmd"
     )]
     NoCommand,
+    #[error(
+        "{0:?} goes through /proc/self or a /proc/<pid>: a container escape's way (CVE-2024-21626)"
+    )]
+    ThroughProcSelf(String),
     #[error("the image's user database: {0}")]
     ImageFile(String),
     #[error("user {0:?} not found in the image's /etc/passwd")]
@@ -590,6 +594,17 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         .clone()
         .or_else(|| image.working_dir.clone().filter(|w| !w.is_empty()))
         .unwrap_or_else(|| "/".into());
+    // CVE-2024-21626's trigger, from the pod or the image: refused here
+    // whatever the runtime's version.
+    let through_proc = container
+        .mounts
+        .iter()
+        .map(|m| m.path.as_str())
+        .chain([cwd.as_str()])
+        .find(|p| super::advisories::through_proc_self(p));
+    if let Some(path) = through_proc {
+        return Err(SpecError::ThroughProcSelf(path.to_owned()));
+    }
 
     let privileged = container.security.privileged;
     let mut mounts = vec![
