@@ -42,6 +42,10 @@ const WEBSOCKET_PROTOCOLS: &[&str] = &[BINARY_CHANNELS, BASE64_CHANNELS, ""];
 
 const MAX_WEBSOCKET_PORTS: usize = 128;
 
+/// Forwarded connections of one SPDY session waiting for their other
+/// stream.
+const MAX_UNMATCHED_HALVES: usize = 32;
+
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// When one direction of a forwarded connection ends, the other gets this
@@ -199,6 +203,12 @@ async fn serve_spdy(upgraded: upgrade::Upgraded, target: Rc<Target>) {
                 continue;
             }
         };
+        // Halves whose other half never comes are held until the session
+        // ends: at most so many at a time.
+        if !pairs.contains_key(&key) && pairs.len() >= MAX_UNMATCHED_HALVES {
+            let _ = writer.reset(stream.id).await;
+            continue;
+        }
         let pair = pairs.entry(key.clone()).or_default();
         let slot = if is_error {
             &mut pair.error

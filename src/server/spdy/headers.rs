@@ -130,7 +130,14 @@ pub fn encode(pairs: &[(&str, &str)]) -> Vec<u8> {
     out
 }
 
+/// At most this many name-value pairs in a block, NUL-split values
+/// counted one by one.
+const MAX_PAIRS: usize = 128;
+
 /// Names lowercased; a value with NULs is several values of one name.
+/// What it returns is at most [`MAX_PAIRS`] pairs of at most
+/// [`MAX_HEADERS`] bytes in all: a value split on NULs repeats its name
+/// per piece, which 64 KiB of block would otherwise make a gigabyte of.
 pub fn decode(mut block: &[u8]) -> Result<Vec<(String, String)>, SpdyError> {
     let mut take = |n: usize| -> Result<&[u8], SpdyError> {
         let (head, rest) = block
@@ -142,12 +149,17 @@ pub fn decode(mut block: &[u8]) -> Result<Vec<(String, String)>, SpdyError> {
     let number = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
     let count = number(take(4)?);
     let mut pairs = Vec::new();
+    let mut size = 0usize;
     for _ in 0..count {
         let len = number(take(4)?);
         let name = String::from_utf8_lossy(take(len)?).to_ascii_lowercase();
         let len = number(take(4)?);
         let value = String::from_utf8_lossy(take(len)?).into_owned();
         for one in value.split('\0') {
+            size = size.saturating_add(name.len() + one.len());
+            if pairs.len() == MAX_PAIRS || size > MAX_HEADERS {
+                return Err(SpdyError::Headers("too many headers"));
+            }
             pairs.push((name.clone(), one.to_owned()));
         }
     }
@@ -170,6 +182,23 @@ mod tests {
             ]
         );
         assert!(decode(&block[..block.len() - 1]).is_err());
+    }
+
+    /// ~100 compressed bytes, a 64 KiB block: a long name and a value of
+    /// NULs repeat the name per piece (a gigabyte before the caps).
+    #[test]
+    fn values_split_on_nuls_cannot_multiply_their_name() {
+        let name = "n".repeat(1000);
+        let nuls = "\0".repeat(60_000);
+        let block = encode(&[(&name, &nuls)]);
+        assert!(decode(&block).is_err());
+        let many = "\0".repeat(MAX_PAIRS);
+        assert!(decode(&encode(&[("port", &many)])).is_err());
+        let enough = "\0".repeat(MAX_PAIRS - 1);
+        assert_eq!(
+            decode(&encode(&[("port", &enough)])).unwrap().len(),
+            MAX_PAIRS
+        );
     }
 
     #[test]

@@ -39,6 +39,14 @@ const MAX_FRAME: usize = 1 << 20;
 /// Data a stream's reader has not taken yet, in frames.
 const STREAM_QUEUE: usize = 8;
 
+/// Streams a client may hold open in one session (kubectl port-forward
+/// opens two per forwarded connection); more are reset.
+const MAX_OPEN_STREAMS: usize = 128;
+
+/// New streams not taken by the session's user yet: past this, the session
+/// stops reading until they are.
+const NEW_STREAMS_QUEUE: usize = 16;
+
 /// A stream the client opened.
 pub struct Stream {
     pub id: u32,
@@ -122,7 +130,7 @@ where
 {
     let (reader, mut write_half) = futures_lite::io::split(io);
     let (frames_tx, frames_rx) = smol::channel::bounded::<Vec<u8>>(16);
-    let (streams_tx, streams_rx) = smol::channel::unbounded();
+    let (streams_tx, streams_rx) = smol::channel::bounded(NEW_STREAMS_QUEUE);
     let writer = Writer { frames: frames_tx };
     crate::rt::spawn(async move {
         while let Ok(frame) = frames_rx.recv().await {
@@ -233,7 +241,12 @@ impl<R: AsyncRead + Unpin> Session<R> {
             return Err(SpdyError::Protocol("a short SYN_STREAM"));
         }
         let id = word(payload) & 0x7FFF_FFFF;
+        // Inflated even when refused: the header stream is one zlib stream.
         let headers = headers::decode(&self.inflater.inflate(&payload[10..])?)?;
+        if self.streams.len() >= MAX_OPEN_STREAMS || self.streams.contains_key(&id) {
+            log::debug!("spdy: stream {id} refused: too many open, or open already");
+            return self.writer.reset(id).await;
+        }
         log::debug!("spdy: stream {id} opened with {headers:?}");
         let mut reply = id.to_be_bytes().to_vec();
         reply.extend(self.deflater.deflate(&headers::encode(&[])));
@@ -326,6 +339,57 @@ mod tests {
             let mut inflater = headers::Inflater::default();
             let block = inflater.inflate(&back[12..8 + reply_len]).unwrap();
             assert!(headers::decode(&block).unwrap().is_empty());
+        });
+    }
+
+    /// A client opening streams without end: past the cap each is reset,
+    /// and none is held.
+    #[test]
+    fn open_streams_are_capped_per_session() {
+        crate::rt::block_on(async {
+            let (client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+            let server = smol::Async::new(server).unwrap();
+            let mut client = smol::Async::new(client).unwrap();
+            let mut deflater = headers::Deflater::default();
+            let total = MAX_OPEN_STREAMS + 3;
+            let mut wire = Vec::new();
+            for id in 0..total as u32 {
+                wire.extend(syn_stream(
+                    &mut deflater,
+                    2 * id + 1,
+                    &[("streamType", "data")],
+                ));
+            }
+            wire.extend(control(GOAWAY, 0, &[0; 8]));
+            let (streams, writer) = serve(server, Vec::new());
+            let taker = crate::rt::spawn(async move {
+                let mut held = Vec::new();
+                while let Ok(stream) = streams.recv().await {
+                    held.push(stream);
+                }
+                held.len()
+            });
+            client.write_all(&wire).await.unwrap();
+            client
+                .get_ref()
+                .shutdown(std::net::Shutdown::Write)
+                .unwrap();
+            assert_eq!(taker.await, MAX_OPEN_STREAMS);
+            drop(writer);
+            let mut back = Vec::new();
+            client.read_to_end(&mut back).await.unwrap();
+            let (mut replies, mut resets) = (0, 0);
+            let mut rest = &back[..];
+            while rest.len() >= 8 {
+                let len = word(&[0, rest[5], rest[6], rest[7]]) as usize;
+                match u16::from_be_bytes([rest[2], rest[3]]) {
+                    SYN_REPLY => replies += 1,
+                    RST_STREAM => resets += 1,
+                    _ => {}
+                }
+                rest = &rest[8 + len..];
+            }
+            assert_eq!((replies, resets), (MAX_OPEN_STREAMS, 3));
         });
     }
 }
