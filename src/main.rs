@@ -171,8 +171,26 @@ fn cmd_run(parser: lexopt::Parser) -> anyhow::Result<()> {
     let launcher = launcher
         .map_err(|e| log::warn!("no monitor launcher ({e}): monitors are exec'd"))
         .ok();
+    raise_open_files();
     rt::block_on(Box::pin(agent::run(config, launcher))).context("agent")?;
     Ok(())
+}
+
+/// Every kubelet API connection, log reader and pod holds descriptors: the
+/// soft limit (often 1024) goes up to the hard one, as Go programs do it,
+/// the upstream kubelet among them. After the launcher forks, so that the
+/// monitors, and the containers they start, keep the usual limit.
+fn raise_open_files() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                log::warn!("raising the open files limit from {soft} to {hard}: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!("reading the open files limit: {e}"),
+    }
 }
 
 /// The configuration `run` uses: the file, then the flags over it.

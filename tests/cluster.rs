@@ -296,6 +296,17 @@ fn node_registers_runs_pods_and_deletes_them() {
     }
     let (ok, _, err) = raw("sinceSeconds=-1");
     assert!(!ok && err.contains("sinceSeconds"), "{err}");
+    // Following a container that never started is upstream's 400 at once,
+    // not a request (and a reader thread) held until it starts.
+    let waiting = std::process::Command::new("timeout")
+        .args(["20", "kubectl", "--kubeconfig"])
+        .arg(api.dir.join("admin.kubeconfig"))
+        .args(["logs", "-f", "noimage"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&waiting.stderr);
+    assert_eq!(waiting.status.code(), Some(1), "{err}");
+    assert!(err.contains("is waiting to start"), "{err}");
     assert_eq!(api.kubectl_ok(&["logs", "web"], None), "hello\n");
     let (ok, _, _) = api.kubectl(&["logs", "web", "--previous"], None);
     assert!(!ok, "no previous instance");

@@ -278,3 +278,44 @@ fn paths_through_proc_self_are_refused_from_pods_and_images() {
     }
     agent.wait_for("the pods gone", T, |a| a.records().is_empty().then_some(()));
 }
+
+/// Connections a listener holds are capped (here the healthz port's 32):
+/// past the cap a connection is closed at once, and once the holder lets
+/// go, the port answers again. Without the cap every connection was
+/// served, with no timeout, until descriptors ran out.
+#[test]
+fn a_listener_holds_a_capped_number_of_connections() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    let registry = Registry::start();
+    let port = common::free_port();
+    let agent = Agent::start_with(&registry, &["--healthz-port", &port.to_string()]);
+    let healthz = || -> Option<String> {
+        let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).ok()?;
+        answer.starts_with("HTTP/1.1 200").then_some(answer)
+    };
+    agent.wait_for("healthz", T, |_| healthz());
+    let held: Vec<TcpStream> = (0..40)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let closed = || {
+        held.iter()
+            .filter(|c| {
+                c.set_nonblocking(true).unwrap();
+                matches!((&**c).read(&mut [0u8; 1]), Ok(0))
+            })
+            .count()
+    };
+    agent.wait_for("the connections past the cap closed", T, |_| {
+        (closed() >= 8).then_some(())
+    });
+    assert_eq!(closed(), 8);
+    assert!(healthz().is_none(), "served past the cap");
+    drop(held);
+    agent.wait_for("healthz again", T, |_| healthz());
+}

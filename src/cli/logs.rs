@@ -137,8 +137,27 @@ impl Printer {
 
 /// Checks that the pod, the container and (for `previous`) an earlier
 /// instance exist, so that a server can answer 404 before streaming.
+///
+/// A container that has no log yet is "waiting to start", a 400 as
+/// upstream answers it, also when following: a server must not hold a
+/// request (and its thread) open for a container that may never start.
 pub fn check(state_dir: &Path, args: &LogsArgs) -> Result<(), CliError> {
-    locate(&Layout::new(state_dir), args).map(drop)
+    let (record, container, _, path) = locate(&Layout::new(state_dir), args)?;
+    if args.previous || path.exists() {
+        return Ok(());
+    }
+    let reason = record
+        .status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|s| s.name == container)
+        .and_then(|s| s.state.as_ref()?.waiting.as_ref()?.reason.clone())
+        .unwrap_or_else(|| "ContainerCreating".to_owned());
+    Err(CliError::WaitingToStart(format!(
+        "container {container:?} in pod {:?} is waiting to start: {reason}",
+        record.name
+    )))
 }
 
 /// The pod's record, the container, the instance and its log file.
@@ -179,7 +198,7 @@ pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(),
             if !args.follow {
                 return Ok(()); // not started yet: no output, as kubectl
             }
-            wait_for(&path)?
+            wait_for(&path, out)?
         }
         Err(e) => return Err(io_err(&path)(e)),
     };
@@ -212,11 +231,17 @@ pub fn run(state_dir: &Path, args: &LogsArgs, out: &mut dyn Write) -> Result<(),
     )
 }
 
-fn wait_for(path: &Path) -> Result<File, CliError> {
+/// Waits for the container's log to appear; ends when the reader is gone
+/// (a flush fails), not only when the log comes.
+fn wait_for(path: &Path, out: &mut dyn Write) -> Result<File, CliError> {
     loop {
         if let Ok(f) = File::open(path) {
             return Ok(f);
         }
+        out.flush().map_err(|source| CliError::Io {
+            path: "stdout".into(),
+            source,
+        })?;
         std::thread::sleep(Duration::from_millis(250));
     }
 }

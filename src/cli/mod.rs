@@ -19,6 +19,10 @@ use crate::state::{self, Layout};
 pub enum CliError {
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    WaitingToStart(String),
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
     State(#[from] state::StateError),
     #[error("{path}: {source}")]

@@ -9,6 +9,7 @@
 pub mod auth;
 mod client_ca;
 pub mod client_cert;
+mod limits;
 mod node_logs;
 mod port_forward;
 mod remote_command;
@@ -117,6 +118,7 @@ pub fn bind(
         );
     }
     log::info!("kubelet API listening on https://{addr}");
+    let slots = limits::Slots::new(limits::API_CONNECTIONS);
     Ok(async move {
         loop {
             let stream = match listener.accept().await {
@@ -128,11 +130,21 @@ pub fn bind(
                     continue;
                 }
             };
+            // Past the cap a connection is closed at once, not queued.
+            let Some(slot) = slots.take() else {
+                log::debug!(
+                    "kubelet API: {} connections open, one refused",
+                    limits::API_CONNECTIONS
+                );
+                continue;
+            };
+            let stream = limits::IdleTimeout::new(stream, limits::STREAMING_IDLE);
             let acceptor = acceptor.clone();
             let ctx = ctx.clone();
             let authority = authority.clone();
             let client_ca = client_ca.clone();
             crate::rt::spawn(async move {
+                let _slot = slot;
                 // A client that never finishes its handshake is dropped.
                 let handshake = async { acceptor.accept(stream).await.ok() };
                 let timeout = async {
@@ -163,7 +175,7 @@ pub fn bind(
                         Ok::<_, Infallible>(response)
                     }
                 });
-                if let Err(e) = hyper::server::conn::http1::Builder::new()
+                if let Err(e) = limits::http1()
                     .serve_connection(crate::http::io::HyperIo(tls), service)
                     .with_upgrades()
                     .await
@@ -233,19 +245,26 @@ where
     let listener = TcpListener::bind(addr)
         .and_then(Async::new)
         .map_err(|source| ServerError::Listen { addr, source })?;
+    let slots = limits::Slots::new(limits::PLAIN_CONNECTIONS);
     Ok(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 smol::Timer::after(Duration::from_millis(200)).await;
                 continue;
             };
+            let Some(slot) = slots.take() else {
+                continue;
+            };
+            // Nothing streams here: a minute of silence ends a connection.
+            let stream = limits::IdleTimeout::new(stream, Duration::from_secs(60));
             let answer = answer.clone();
             crate::rt::spawn(async move {
+                let _slot = slot;
                 let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let answered = answer(req);
                     async move { Ok::<_, Infallible>(answered.await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
+                let _ = limits::http1()
                     .serve_connection(crate::http::io::HyperIo(stream), service)
                     .await;
             })
@@ -637,7 +656,35 @@ async fn container_logs(
             response
         }
         Err(CliError::NotFound(message)) => text(StatusCode::NOT_FOUND, &message),
+        Err(CliError::WaitingToStart(message)) => text(StatusCode::BAD_REQUEST, &message),
+        Err(CliError::Busy(message)) => text(StatusCode::SERVICE_UNAVAILABLE, &message),
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// Log readers at a time: each holds a thread while it follows.
+const MAX_LOG_READERS: usize = 32;
+
+static LOG_READERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of the [`MAX_LOG_READERS`], given back when its thread ends.
+struct LogReader;
+
+impl LogReader {
+    fn take() -> Option<LogReader> {
+        use std::sync::atomic::Ordering;
+        LOG_READERS
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_LOG_READERS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| LogReader)
+    }
+}
+
+impl Drop for LogReader {
+    fn drop(&mut self) {
+        LOG_READERS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -649,11 +696,17 @@ async fn read_log(
     args: LogsArgs,
     limit_bytes: Option<u64>,
 ) -> Result<smol::channel::Receiver<Bytes>, CliError> {
+    let reader = LogReader::take().ok_or_else(|| {
+        CliError::Busy(format!(
+            "{MAX_LOG_READERS} log streams are open on this node: try again later"
+        ))
+    })?;
     let (tx, rx) = smol::channel::bounded::<Bytes>(16);
     let (found_tx, found_rx) = smol::channel::bounded::<Result<(), CliError>>(1);
     std::thread::Builder::new()
         .name("nanolet-logs".into())
         .spawn(move || {
+            let _reader = reader;
             let found = crate::cli::logs::check(&state_dir, &args);
             let ok = found.is_ok();
             let _ = found_tx.send_blocking(found);

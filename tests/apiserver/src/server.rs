@@ -615,8 +615,10 @@ impl Server {
                     "/containerLogs/{}/{name}/{container}",
                     namespace.unwrap_or("")
                 );
-                self.to_kubelet((node_name, method, path), query, &["container"], &[])
-                    .await
+                let response = self
+                    .to_kubelet((node_name, method, path), query, &["container"], &[])
+                    .await?;
+                kubelet_log_error(response).await
             }
             // Every method, as upstream's node proxy.
             (_, Some(name), Some("proxy")) => {
@@ -1276,4 +1278,28 @@ fn not_found_path() -> ApiError {
         "NotFound",
         "the server could not find the requested resource",
     )
+}
+
+/// What upstream's GenericHttpResponseChecker makes of a kubelet's failed
+/// log answer: a 400's or 500's text becomes the Status's message (kubectl
+/// prints it); other answers pass as they came.
+async fn kubelet_log_error(response: Response<Body>) -> ApiResult<Response<Body>> {
+    let code = response.status();
+    if code != StatusCode::BAD_REQUEST && code != StatusCode::INTERNAL_SERVER_ERROR {
+        return Ok(response);
+    }
+    let body = http_body_util::Limited::new(response.into_body(), 50_000);
+    let text = match body.collect().await {
+        Ok(collected) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
+        Err(e) => e.to_string(),
+    };
+    Err(if code == StatusCode::BAD_REQUEST {
+        ApiError::bad_request(text)
+    } else {
+        ApiError::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {text}"),
+        )
+    })
 }
