@@ -95,11 +95,60 @@ pub struct Prepared {
 /// What can fail while the starter still waits: the socket and the dirs.
 pub fn prepare(args: Args) -> io::Result<Prepared> {
     let socket = args.pod_dir.join(SOCKET);
-    let _ = fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket)?;
+    let listener = bind_private(&socket)?;
     listener.set_nonblocking(true)?;
     fs::create_dir_all(args.pod_dir.join(EXITS_DIR))?;
     Ok(Prepared { args, listener })
+}
+
+/// A socket only its owner may connect to: the umask is not trusted with
+/// it (a monitor's socket starts containers), and the mode is set before
+/// anyone can connect. Called while the process has one thread.
+fn bind_private(path: &Path) -> io::Result<UnixListener> {
+    let _ = fs::remove_file(path);
+    let previous = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(previous);
+    let listener = bound?;
+    fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Whether the peer of a connection runs as this process's user: what a
+/// socket whose mode was widened, or a descriptor passed on, must not let
+/// anyone else do.
+fn peer_is_own_user(stream: &UnixStream) -> bool {
+    nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
+        .is_ok_and(|c| c.uid() == nix::unistd::geteuid().as_raw())
+}
+
+/// A Create request names a container of this pod: an ID as the agent
+/// makes them, its bundle in this pod's dir, and a log file by an
+/// absolute path without `..`.
+fn check_create(pod_dir: &Path, id: &str, bundle: &Path, log_path: &Path) -> io::Result<()> {
+    let plain_id = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let refuse = |what: String| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+    if !plain_id {
+        return refuse(format!("invalid container id {id:?}"));
+    }
+    if bundle != pod_dir.join("containers").join(id) {
+        return refuse(format!("bundle {} is not this pod's", bundle.display()));
+    }
+    let relative_parts = log_path.components().any(|c| {
+        matches!(
+            c,
+            std::path::Component::ParentDir | std::path::Component::CurDir
+        )
+    });
+    if !log_path.is_absolute() || relative_parts || log_path.extension().is_none_or(|e| e != "log")
+    {
+        return refuse(format!("invalid log path {}", log_path.display()));
+    }
+    Ok(())
 }
 
 /// Runs the monitor in a child of its own session; this process exits 0,
@@ -247,6 +296,9 @@ impl Monitor {
             }
             if ready(&revents[1]) {
                 while let Ok((stream, _)) = listener.accept() {
+                    if !peer_is_own_user(&stream) {
+                        continue;
+                    }
                     if stream.set_nonblocking(true).is_ok() {
                         self.clients.push(Client {
                             stream,
@@ -413,6 +465,7 @@ impl Monitor {
         log_path: &Path,
         input: Input,
     ) -> io::Result<i32> {
+        check_create(&self.args.pod_dir, id, bundle, log_path)?;
         let writer = LogWriter::open(log_path, self.args.max_log_size, self.args.max_log_files)?;
         let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
@@ -424,8 +477,7 @@ impl Monitor {
         };
         let console = if input.tty {
             let path = self.args.pod_dir.join("console.sock");
-            let _ = fs::remove_file(&path);
-            let listener = UnixListener::bind(&path)?;
+            let listener = bind_private(&path)?;
             listener.set_nonblocking(true)?;
             Some((path, listener))
         } else {
@@ -644,4 +696,80 @@ pub fn recorded_exits(pod_dir: &Path) -> Vec<Exit> {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
         .filter_map(|e| crate::state::read_json::<Exit>(&e.path()).ok().flatten())
         .collect()
+}
+
+#[cfg(test)]
+mod security_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_socket_is_its_owners_and_other_users_are_not_served() {
+        let dir = crate::state::TestDir::new("monitor-socket");
+        let path = dir.0.join("monitor.sock");
+        // Not what the umask (022 here) would give.
+        let listener = bind_private(&path).unwrap();
+        let mode = fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        let own = UnixStream::connect(&path).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(peer_is_own_user(&accepted));
+        drop(own);
+        // Widened by someone: another user gets in, and is not served.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).unwrap();
+        fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o755)).unwrap();
+        let mut nobody = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["/usr/bin/python3", "-c"])
+            .arg("import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(2)")
+            .arg(&path)
+            .spawn()
+            .unwrap();
+        // Polled: a child that failed to connect must not hang the test.
+        listener.set_nonblocking(true).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let accepted = loop {
+            match listener.accept() {
+                Ok((accepted, _)) => break accepted,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => panic!("nobody never connected: {e}"),
+            }
+        };
+        assert!(!peer_is_own_user(&accepted));
+        let _ = nobody.kill();
+        let _ = nobody.wait();
+    }
+
+    #[test]
+    fn create_requests_name_this_pods_containers_only() {
+        let pod = Path::new("/var/lib/nanolet/pods/u1");
+        let bundle = pod.join("containers/abc123");
+        let log = Path::new("/var/log/pods/ns_p_u1/c/0.log");
+        assert!(check_create(pod, "abc123", &bundle, log).is_ok());
+        for (id, bundle, log) in [
+            ("../x", pod.join("containers/../x"), log.to_owned()),
+            ("abc123", PathBuf::from("/tmp/evil"), log.to_owned()),
+            (
+                "abc123",
+                pod.join("../u2/containers/abc123"),
+                log.to_owned(),
+            ),
+            ("other", bundle.clone(), log.to_owned()),
+            ("abc123", bundle.clone(), PathBuf::from("relative/0.log")),
+            (
+                "abc123",
+                bundle.clone(),
+                PathBuf::from("/var/log/../../etc/shadow.log"),
+            ),
+            ("abc123", bundle.clone(), PathBuf::from("/etc/shadow")),
+        ] {
+            assert!(
+                check_create(pod, id, &bundle, &log).is_err(),
+                "{id} {bundle:?} {log:?}"
+            );
+        }
+    }
 }
