@@ -2,8 +2,9 @@
 # Installs what the suite needs, then runs all of it: formatting and lints,
 # unit and integration tests (real registry, runc, overlayfs, kubectl against
 # the test API server, CNI in a network namespace of the tests' own; as
-# root), the static aarch64 build with its unit tests under qemu, and the
-# cgroup v2 part in a qemu VM (scripts/test-vm.sh).
+# root), the static aarch64 build with its unit tests under qemu, every
+# fuzz target for a bounded time (scripts/fuzz.sh, with a nightly
+# toolchain), and the cgroup v2 part in a qemu VM (scripts/test-vm.sh).
 #
 # Usage: scripts/test.sh                    the whole suite
 #        scripts/test.sh --repeat N TEST... the tests these filters match (as
@@ -55,6 +56,14 @@ scripts/build-cross.sh --test
 
 echo "== unit and integration tests (agent and test API server)"
 cargo test --locked --workspace
+
+# Bounded: 15 s per parser of untrusted bytes, from the corpus in the repo.
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  echo "== fuzzing: every parser of untrusted bytes, 15 s each (nightly)"
+  scripts/fuzz.sh 15
+else
+  echo "== fuzzing skipped: no nightly toolchain (rustup toolchain install nightly)"
+fi
 
 echo "== cgroup v2 VM: cgroup v2 tests with crun and runc, standalone tests with crun"
 scripts/test-vm.sh

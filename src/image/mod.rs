@@ -3,6 +3,8 @@
 //! point pod workers use.
 
 pub mod auth;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gc;
 pub mod manifest;
 pub mod reference;

@@ -63,6 +63,9 @@ impl RegistryError {
 const MAX_MANIFEST: usize = 4 << 20;
 const MAX_TOKEN: usize = 1 << 20;
 
+/// A token's host, repository and credentials.
+type TokenKey = (String, String, [u8; 32]);
+
 /// What tells credentials apart in the token cache: a digest of the
 /// username and password (anonymous is its own key), so that the cache
 /// keeps no password in the clear.
@@ -84,7 +87,7 @@ pub struct Registry {
     /// registry says 401. The credentials are keyed whole (as a digest): a
     /// pod presenting someone's username with a wrong password must not
     /// get their token.
-    tokens: RefCell<HashMap<(String, String, [u8; 32]), String>>,
+    tokens: RefCell<HashMap<TokenKey, String>>,
 }
 
 impl Registry {
@@ -377,7 +380,7 @@ impl Registry {
 
 /// `Bearer realm="https://auth",service="registry",scope="..."` → its
 /// parameters; `None` for other schemes (Basic needs credentials).
-fn parse_challenge(challenge: &str) -> Option<HashMap<String, String>> {
+pub(super) fn parse_challenge(challenge: &str) -> Option<HashMap<String, String>> {
     let rest = challenge.trim();
     let (scheme, params) = rest.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("bearer") {
@@ -413,7 +416,7 @@ fn parse_challenge(challenge: &str) -> Option<HashMap<String, String>> {
 }
 
 /// The first message of a Distribution error body.
-fn error_detail(body: &[u8]) -> Option<String> {
+pub(super) fn error_detail(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     let e = v.get("errors")?.get(0)?;
     let code = e.get("code").and_then(|c| c.as_str()).unwrap_or("");

@@ -9,6 +9,8 @@
 pub mod auth;
 mod client_ca;
 pub mod client_cert;
+#[doc(hidden)]
+pub mod fuzzing;
 mod limits;
 mod node_logs;
 mod port_forward;
@@ -274,9 +276,11 @@ where
 }
 
 fn query_pairs(req: &Request<Incoming>) -> Vec<(String, String)> {
-    req.uri()
-        .query()
-        .unwrap_or("")
+    parse_query(req.uri().query().unwrap_or(""))
+}
+
+fn parse_query(query: &str) -> Vec<(String, String)> {
+    query
         .split('&')
         .filter(|p| !p.is_empty())
         .map(|p| {

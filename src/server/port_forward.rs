@@ -114,7 +114,7 @@ async fn find_target(
 /// The ports a WebSocket request forwards: every `port` parameter, each a
 /// comma-separated list (the API server joins its `ports` so), as
 /// upstream's kubelet parses them.
-fn websocket_ports(query: &[(String, String)]) -> Result<Vec<u16>, String> {
+pub(super) fn websocket_ports(query: &[(String, String)]) -> Result<Vec<u16>, String> {
     let mut ports = Vec::new();
     for (_, list) in query.iter().filter(|(k, _)| k == "port") {
         if list.is_empty() {
