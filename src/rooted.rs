@@ -36,7 +36,10 @@ pub fn open_beneath(root: &impl AsFd, relative: &Path, flags: OFlag) -> nix::Res
     let how = OpenHow::new()
         .flags(flags | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
         .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-    retry_eagain(|| openat2(root.as_fd(), relative, how))
+    match retry_eagain(|| openat2(root.as_fd(), relative, how)) {
+        Err(Errno::ENOSYS) => walk(root, relative, flags, Links::Refuse),
+        other => other,
+    }
 }
 
 /// The contents of `path` (absolute or not) as seen from inside `root`:
@@ -54,11 +57,14 @@ pub fn read_in_root(root: &Path, path: &Path, cap: u64) -> Result<Vec<u8>, Roote
         Mode::empty(),
     )
     .map_err(|e| io_err(e.into()))?;
-    // O_NONBLOCK: opening a FIFO must not wait for a writer.
     let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+        .flags(how_flags())
         .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    let fd = retry_eagain(|| openat2(&dir, path, how)).map_err(|e| io_err(e.into()))?;
+    let fd = match retry_eagain(|| openat2(&dir, path, how)) {
+        Err(Errno::ENOSYS) => walk(&dir, path, how_flags(), Links::InRoot),
+        other => other,
+    }
+    .map_err(|e| io_err(e.into()))?;
     let file = File::from(fd);
     let meta = file.metadata().map_err(io_err)?;
     if !meta.is_file() {
@@ -72,6 +78,105 @@ pub fn read_in_root(root: &Path, path: &Path, cap: u64) -> Result<Vec<u8>, Roote
         return Err(RootedError::TooLarge { path: shown(), cap });
     }
     Ok(data)
+}
+
+/// How a file in a root is read. O_NONBLOCK: opening a FIFO must not wait
+/// for a writer.
+fn how_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC
+}
+
+/// What the walk does with a symlink on the way.
+#[derive(Clone, Copy, PartialEq)]
+enum Links {
+    /// Fail with ELOOP, as RESOLVE_NO_SYMLINKS.
+    Refuse,
+    /// Resolve it with the root as `/`, as RESOLVE_IN_ROOT.
+    InRoot,
+}
+
+/// Linux's limit on links followed in one lookup.
+const MAX_LINKS: usize = 40;
+
+/// openat2's resolution done by hand, one element at a time with
+/// O_NOFOLLOW, for kernels before 5.6 (and qemu-user) that lack it. `..`
+/// never goes above the root; a link is refused or resolved inside it. A
+/// file swapped for a link between the look and the open fails (ELOOP):
+/// the final open does not follow either.
+fn walk(root: &impl AsFd, path: &Path, flags: OFlag, links: Links) -> nix::Result<OwnedFd> {
+    use std::collections::VecDeque;
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Component;
+
+    let elements = |p: &Path| -> Vec<OsString> {
+        p.components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_owned()),
+                Component::ParentDir => Some(OsString::from("..")),
+                _ => None,
+            })
+            .collect()
+    };
+    if links == Links::Refuse && path.is_absolute() {
+        return Err(Errno::EXDEV);
+    }
+    let path_only = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut dirs = vec![nix::fcntl::openat(
+        root,
+        ".",
+        path_only | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )?];
+    let mut pending: VecDeque<OsString> = elements(path).into();
+    let mut followed = 0;
+    while let Some(name) = pending.pop_front() {
+        if name.as_bytes() == b".." {
+            if links == Links::Refuse {
+                return Err(Errno::EXDEV);
+            }
+            if dirs.len() > 1 {
+                dirs.pop();
+            }
+            continue;
+        }
+        let Some(parent) = dirs.last() else {
+            return Err(Errno::ENOENT);
+        };
+        let found = nix::fcntl::openat(parent, name.as_os_str(), path_only, Mode::empty())?;
+        let stat = nix::sys::stat::fstat(&found)?;
+        if stat.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            if links == Links::Refuse {
+                return Err(Errno::ELOOP);
+            }
+            followed += 1;
+            if followed > MAX_LINKS {
+                return Err(Errno::ELOOP);
+            }
+            let target = PathBuf::from(nix::fcntl::readlinkat(parent, name.as_os_str())?);
+            if target.is_absolute() {
+                dirs.truncate(1);
+            }
+            for element in elements(&target).into_iter().rev() {
+                pending.push_front(element);
+            }
+            continue;
+        }
+        if pending.is_empty() {
+            return nix::fcntl::openat(
+                parent,
+                name.as_os_str(),
+                flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            );
+        }
+        if stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+        dirs.push(found);
+    }
+    // The root itself.
+    nix::fcntl::openat(root, ".", flags | OFlag::O_CLOEXEC, Mode::empty())
 }
 
 /// openat2 fails with EAGAIN when a rename raced the lookup; it is safe to
@@ -107,6 +212,27 @@ mod tests {
         nix::unistd::mkfifo(&root.join("etc/fifo"), Mode::from_bits_truncate(0o644)).unwrap();
 
         let read = |p: &str| read_in_root(&root, Path::new(p), 64);
+        // The walk for kernels without openat2 resolves the same way.
+        let dir =
+            nix::fcntl::open(&root, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        let walked = |p: &str| {
+            let fd = walk(&dir, Path::new(p), how_flags(), Links::InRoot)?;
+            let mut text = String::new();
+            File::from(fd)
+                .read_to_string(&mut text)
+                .map_err(|_| Errno::EIO)?;
+            Ok::<_, Errno>(text)
+        };
+        assert_eq!(walked("/etc/abs").unwrap(), "inside");
+        assert_eq!(walked("etc/up").unwrap(), "inside");
+        assert_eq!(
+            walked("/etc/../etc/./passwd").unwrap(),
+            "root:x:0:0::/:/bin/sh\n"
+        );
+        assert_eq!(walked("/etc/zero"), Err(Errno::ENOENT));
+        std::os::unix::fs::symlink("loop2", root.join("etc/loop1")).unwrap();
+        std::os::unix::fs::symlink("loop1", root.join("etc/loop2")).unwrap();
+        assert_eq!(walked("/etc/loop1"), Err(Errno::ELOOP));
         assert_eq!(read("/etc/passwd").unwrap(), b"root:x:0:0::/:/bin/sh\n");
         assert_eq!(read("/etc/abs").unwrap(), b"inside");
         assert_eq!(read("etc/up").unwrap(), b"inside");
@@ -133,10 +259,15 @@ mod tests {
         let root =
             nix::fcntl::open(&dir.0, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
-        assert!(open_beneath(&root, Path::new("a/b"), flags).is_ok());
-        assert!(open_beneath(&root, Path::new("link/b"), flags).is_err());
-        assert!(open_beneath(&root, Path::new("link"), flags).is_err());
-        assert!(open_beneath(&root, Path::new("../x"), flags).is_err());
-        assert!(open_beneath(&root, Path::new("/etc"), flags).is_err());
+        let by_walk = |p: &str| walk(&root, Path::new(p), flags, Links::Refuse);
+        type Open<'a> = &'a dyn Fn(&str) -> nix::Result<OwnedFd>;
+        let opens: [Open; 2] = [&|p| open_beneath(&root, Path::new(p), flags), &by_walk];
+        for open in opens {
+            assert!(open("a/b").is_ok());
+            assert!(open("link/b").is_err());
+            assert!(open("link").is_err());
+            assert!(open("../x").is_err());
+            assert!(open("/etc").is_err());
+        }
     }
 }

@@ -71,6 +71,17 @@ fn a_container_cannot_make_the_agent_delete_through_its_volume() {
     });
 }
 
+/// The message of container `c`'s CreateContainerConfigError, once it
+/// has one.
+fn config_error(agent: &Agent, pod: &str) -> String {
+    let waiting = agent.wait_for(&format!("{pod}: a config error"), T, |a| {
+        let c = a.container_status(pod, "c")?;
+        let waiting = c["state"]["waiting"].clone();
+        (waiting["reason"] == "CreateContainerConfigError").then_some(waiting)
+    });
+    waiting["message"].as_str().unwrap_or_default().to_owned()
+}
+
 /// A layer of `entries` (path, kind, link target), written with tar's own
 /// builder: these shapes are legal tar.
 fn layer_with(
@@ -138,12 +149,7 @@ fn an_image_user_database_cannot_exhaust_or_stop_the_agent() {
         ("zero", "\"app\" not found"),
         ("fifo", "not a regular file"),
     ] {
-        let waiting = agent.wait_for(&format!("{name}: a config error"), T, |a| {
-            let c = a.container_status(name, "c")?;
-            let waiting = c["state"]["waiting"].clone();
-            (waiting["reason"] == "CreateContainerConfigError").then_some(waiting)
-        });
-        let message = waiting["message"].as_str().unwrap_or_default();
+        let message = config_error(&agent, name);
         assert!(message.contains(expected), "{name}: {message}");
     }
     let image = registry.push("test/busybox:1", &[]);
@@ -265,12 +271,7 @@ fn paths_through_proc_self_are_refused_from_pods_and_images() {
         );
     }
     for (name, _, _) in pods {
-        let waiting = agent.wait_for(&format!("{name}: a config error"), T, |a| {
-            let c = a.container_status(name, "c")?;
-            let waiting = c["state"]["waiting"].clone();
-            (waiting["reason"] == "CreateContainerConfigError").then_some(waiting)
-        });
-        let message = waiting["message"].as_str().unwrap_or_default();
+        let message = config_error(&agent, name);
         assert!(message.contains("CVE-2024-21626"), "{name}: {message}");
     }
     for (name, _, _) in pods {

@@ -76,6 +76,11 @@ pub fn pod_disk(
         let mut entries: Vec<_> = entries.flatten().collect();
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
+            // The agent's records of what it wrote into its volumes
+            // (`.<name>.written`): volume names never start with a dot.
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
             let Some(m) = measure(entry.path()) else {
                 continue;
             };
