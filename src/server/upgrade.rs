@@ -31,10 +31,13 @@ impl Refused {
     }
 }
 
+/// A kubelet API connection: TLS over TCP, ended when idle.
+pub type ApiStream = TlsStream<super::limits::IdleTimeout<Async<TcpStream>>>;
+
 /// The connection after the 101, and what the client sent past its
 /// request.
 pub struct Upgraded {
-    pub io: TlsStream<Async<TcpStream>>,
+    pub io: ApiStream,
     pub pending: Vec<u8>,
 }
 
@@ -168,7 +171,7 @@ pub async fn take(on_upgrade: OnUpgrade) -> Option<Upgraded> {
         }
     };
     let parts = upgraded
-        .downcast::<crate::http::io::HyperIo<TlsStream<Async<TcpStream>>>>()
+        .downcast::<crate::http::io::HyperIo<ApiStream>>()
         .ok()?;
     Some(Upgraded {
         io: parts.io.0,
