@@ -81,6 +81,8 @@ if $only; then
   ((ran >= repeat)) || { echo "test-vm.sh: no test matched: $*" >&2; exit 1; }
   exit 0
 fi
+# exec skips the EXIT trap.
+rm -f "$out"
 # A kernel without PSI, as Raspberry Pi kernels boot by default.
 echo "== cgroup v2 VM booted with psi=0: $without_psi"
 exec scripts/vm.sh --mem 3072 --timeout $((300 * repeat)) --kernel-arg psi=0 -- \
