@@ -146,17 +146,16 @@ struct Extensions {
 
 impl Extensions {
     /// Takes an extension entry in; false if `entry` is a member itself.
-    fn take<R: Read>(
-        &mut self,
-        entry: &mut tar::Entry<R>,
-        display: &str,
-    ) -> Result<bool, UnpackError> {
+    fn take<R: Read>(&mut self, entry: &mut tar::Entry<R>) -> Result<bool, UnpackError> {
         let kind = entry.header().entry_type();
         let cap = match kind {
             tar::EntryType::GNULongName | tar::EntryType::GNULongLink => MAX_LONG_NAME,
             tar::EntryType::XHeader | tar::EntryType::XGlobalHeader => MAX_PAX_HEADER,
             _ => return Ok(false),
         };
+        // Named only for extensions, not for every member of the layer.
+        let display = String::from_utf8_lossy(&entry.header().path_bytes()).into_owned();
+        let display = display.as_str();
         if entry.size() > cap {
             return Err(hostile(
                 display,
@@ -247,8 +246,7 @@ pub fn unpack(blob: &Path, dest: &Path, limits: Limits) -> Result<Stats, UnpackE
                 limit: limits.max_entries,
             });
         }
-        let header_display = String::from_utf8_lossy(&entry.header().path_bytes()).into_owned();
-        match extensions.take(&mut entry, &header_display) {
+        match extensions.take(&mut entry) {
             Ok(true) => continue,
             Ok(false) => {}
             Err(UnpackError::Tar(e)) => return Err(read_error(e)),

@@ -69,8 +69,8 @@ pub struct IdleTimeout<T> {
     inner: T,
     idle: Duration,
     last: Instant,
-    read_timer: smol::Timer,
-    write_timer: smol::Timer,
+    read_timer: Armed,
+    write_timer: Armed,
 }
 
 impl<T> IdleTimeout<T> {
@@ -79,8 +79,8 @@ impl<T> IdleTimeout<T> {
             inner,
             idle,
             last: Instant::now(),
-            read_timer: smol::Timer::never(),
-            write_timer: smol::Timer::never(),
+            read_timer: Armed::new(),
+            write_timer: Armed::new(),
         }
     }
 }
@@ -89,19 +89,39 @@ fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "idle connection")
 }
 
-/// Waits on `timer` for the deadline; ready with an error once it passed.
-fn poll_deadline(
-    timer: &mut smol::Timer,
-    deadline: Instant,
-    cx: &mut Context<'_>,
-) -> Poll<io::Error> {
-    if Instant::now() >= deadline {
-        return Poll::Ready(timed_out());
+/// One direction's timer, and when it is set to fire. It is set again only
+/// once it has fired: activity moves the deadline on every byte, and
+/// re-registering with the reactor at every poll would cost each read.
+struct Armed {
+    timer: smol::Timer,
+    at: Option<Instant>,
+}
+
+impl Armed {
+    fn new() -> Armed {
+        Armed {
+            timer: smol::Timer::never(),
+            at: None,
+        }
     }
-    timer.set_at(deadline);
-    match Pin::new(timer).poll(cx) {
-        Poll::Ready(_) => Poll::Ready(timed_out()),
-        Poll::Pending => Poll::Pending,
+
+    /// Ready with an error once `deadline` has passed.
+    fn poll_deadline(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<io::Error> {
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Poll::Ready(timed_out());
+            }
+            // Fired at an earlier deadline (or never set): set it anew.
+            if self.at.is_none_or(|at| at <= now) {
+                self.timer.set_at(deadline);
+                self.at = Some(deadline);
+            }
+            match Pin::new(&mut self.timer).poll(cx) {
+                Poll::Ready(_) => self.at = None,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -119,7 +139,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for IdleTimeout<T> {
             }
             Poll::Pending => {
                 let deadline = this.last + this.idle;
-                poll_deadline(&mut this.read_timer, deadline, cx).map(Err)
+                this.read_timer.poll_deadline(deadline, cx).map(Err)
             }
         }
     }
@@ -139,7 +159,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<T> {
             }
             Poll::Pending => {
                 let deadline = this.last + this.idle;
-                poll_deadline(&mut this.write_timer, deadline, cx).map(Err)
+                this.write_timer.poll_deadline(deadline, cx).map(Err)
             }
         }
     }
