@@ -25,10 +25,11 @@ use crate::pod::probe::ProbeKind;
 use crate::pod::status::{self, ContainerView, Lifecycle, Terminated};
 use crate::pod::volumes;
 use crate::pod::{Container, ContainerRole, Pod, ProjectionSource, RestartPolicy, VolumeSource};
+use crate::runtime::bundle_setup::{BundleSetup, SetupFailure};
 use crate::runtime::monitor_client::{self, MonitorConnection, MonitorEvent};
 use crate::runtime::protocol::Exit;
-use crate::runtime::spec::{self, PodPaths, SpecInput};
-use crate::runtime::{Bundle, sandbox, sub_path};
+use crate::runtime::spec::PodPaths;
+use crate::runtime::{Bundle, sandbox};
 use k8s_openapi::api::core::v1 as core;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -108,9 +109,6 @@ pub struct Worker {
     start_observed: bool,
 }
 
-/// The host file behind a container's terminationMessagePath, in its bundle.
-const TERMINATION_LOG: &str = "termination-log";
-
 /// How often emptyDir sizeLimits are checked: upstream's eviction interval.
 const STORAGE_CHECK: Duration = Duration::from_secs(10);
 
@@ -120,11 +118,31 @@ fn dir_evicted(pod_dir: &Path) -> PathBuf {
     pod_dir.join("evicted")
 }
 
-/// Writable by whatever user the container runs as, as upstream makes it.
-fn create_termination_log(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::File::create(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+/// Makes a container instance's bundle on a helper thread. A deletion may
+/// abandon the pass awaiting it; the bundle is then removed once made,
+/// since no container record will ever name it.
+async fn set_up_bundle(
+    setup: BundleSetup,
+    runtime: crate::runtime::runc::Runtime,
+    id: String,
+) -> Result<(), SetupFailure> {
+    let (done, outcome) = smol::channel::bounded(1);
+    let bundle = setup.bundle.clone();
+    crate::rt::spawn(async move {
+        let result = crate::helpers::unblock(move || setup.run()).await;
+        if done.try_send(result).is_err()
+            && let Err(e) = bundle.remove(&runtime, &id).await
+        {
+            log::warn!("abandoned container {id}: {e}");
+        }
+    })
+    .detach();
+    outcome.recv().await.unwrap_or_else(|_| {
+        Err((
+            "CreateContainerError",
+            "the bundle's setup ended without an outcome".to_owned(),
+        ))
+    })
 }
 
 /// How often volumes fed by the API server are brought up to date (the
@@ -1342,7 +1360,7 @@ impl Worker {
     /// 2 KiB), as upstream.
     fn termination_message(&self, i: usize, id: &str) -> Option<String> {
         let spec = self.pod.container(i);
-        let file = Bundle::new(&self.dir, id).dir.join(TERMINATION_LOG);
+        let file = Bundle::new(&self.dir, id).termination_log();
         let mut written = Vec::new();
         if let Ok(f) = std::fs::File::open(&file) {
             use std::io::Read;
@@ -1668,61 +1686,22 @@ impl Worker {
         let qos = self.pod.qos;
         // A crash between here and save_containers leaves a bundle no record
         // names; adoption removes such bundles.
-        let termination_log = bundle.dir.join(TERMINATION_LOG);
-        let prepared = (|| {
-            let paths = self
-                .paths
-                .as_ref()
-                .ok_or(("CreateContainerError", "no sandbox".to_owned()))?;
-            let rootfs = bundle
-                .mount_rootfs(&image.layers, paths.user_ns.as_ref())
-                .map_err(|e| ("CreateContainerError", e.to_string()))?;
-            create_termination_log(&termination_log)
-                .map_err(|e| ("CreateContainerError", e.to_string()))?;
-            let pinned_sub_paths = spec_container
-                .mounts
-                .iter()
-                .enumerate()
-                .map(|(i, m)| {
-                    let root = paths
-                        .volume_sources
-                        .iter()
-                        .find(|(name, _)| *name == m.volume);
-                    match (&m.sub_path, root) {
-                        (Some(sub), Some((_, root))) => {
-                            let own = paths.volumes.iter().find(|(name, _)| *name == m.volume);
-                            if let Some((_, own)) = own.filter(|(_, own)| own != root) {
-                                sub_path::create_missing(own, sub)?;
-                            }
-                            let target = bundle.sub_path_target(i);
-                            sub_path::pin(root, sub, &target).map(|()| Some(target))
-                        }
-                        _ => Ok(None),
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
-            let spec = spec::build(&SpecInput {
-                pod: &self.pod,
-                container: &spec_container,
-                env: &env,
-                image: &image.config,
-                rootfs: &rootfs,
-                paths,
-                cgroups_path: self.ctx.cgroups.container_path(qos, &self.pod.uid, &id),
-                cgroup_version: self.ctx.cgroups.version,
-                termination_log: Some(&termination_log),
-                memory_capacity: self.ctx.memory_capacity,
-                oom_score_floor: self.ctx.oom_score_floor,
-                seccomp_root: &self.ctx.layout.seccomp(),
-                pinned_sub_paths: &pinned_sub_paths,
-                apparmor_default: crate::runtime::apparmor::host().default_profile(),
-            })
-            .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
-            bundle
-                .write_spec(&spec)
-                .map_err(|e| ("CreateContainerError", e.to_string()))
-        })();
+        let setup = BundleSetup {
+            bundle: bundle.clone(),
+            pod: self.pod.clone(),
+            container: spec_container.clone(),
+            env,
+            image: image.config.clone(),
+            layers: image.layers.clone(),
+            paths: self.paths.clone(),
+            cgroups_path: self.ctx.cgroups.container_path(qos, &self.pod.uid, &id),
+            cgroup_version: self.ctx.cgroups.version,
+            memory_capacity: self.ctx.memory_capacity,
+            oom_score_floor: self.ctx.oom_score_floor,
+            seccomp_root: self.ctx.layout.seccomp(),
+            apparmor_default: crate::runtime::apparmor::host().default_profile(),
+        };
+        let prepared = set_up_bundle(setup, self.ctx.runtime.clone(), id.clone()).await;
         if let Err((reason, message)) = prepared {
             log::warn!(
                 "pod {}: container {}: {message}",

@@ -4,6 +4,7 @@
 pub mod advisories;
 pub mod apparmor;
 pub mod attached_exec;
+pub mod bundle_setup;
 pub mod cni;
 pub mod disk_usage;
 pub mod monitor_client;
@@ -134,6 +135,11 @@ impl Bundle {
             }
         }
         Ok(rootfs)
+    }
+
+    /// The host file behind the container's terminationMessagePath.
+    pub fn termination_log(&self) -> PathBuf {
+        self.dir.join("termination-log")
     }
 
     /// Where the subPath of the container's `index`th mount is pinned.

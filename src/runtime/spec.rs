@@ -411,8 +411,9 @@ const MAX_USER_DATABASE: u64 = 1 << 20;
 
 /// An image's /etc/passwd or /etc/group, resolved inside its rootfs as the
 /// container would (a link to /dev/zero or a host file stays inside), and
-/// read only when a regular file within the cap: read on the loop, a FIFO
-/// or an endless file must not stop or swell the agent. Missing is empty.
+/// read only when a regular file within the cap: a FIFO or an endless file
+/// must not stop or swell the agent (`build` runs on a helper thread, see
+/// `bundle_setup`, but the pool's threads are few). Missing is empty.
 fn image_database(rootfs: &Path, path: &str) -> Result<String, SpecError> {
     match crate::rooted::read_in_root(rootfs, Path::new(path), MAX_USER_DATABASE) {
         Ok(data) => Ok(String::from_utf8_lossy(&data).into_owned()),
