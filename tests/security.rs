@@ -320,3 +320,133 @@ fn a_listener_holds_a_capped_number_of_connections() {
     drop(held);
     agent.wait_for("healthz again", T, |_| healthz());
 }
+
+/// A client that sends its headers a byte a second and never ends them is
+/// never idle, so only a header read timeout ends it: upstream's 30 s
+/// (Go's ReadHeaderTimeout in the kubelet's server), on the kubelet API's
+/// TLS port and on the plain ports alike. Without hyper's timer such
+/// clients were served for ever, each holding one of the listener's slots.
+#[test]
+fn headers_that_never_end_are_cut_off() {
+    let registry = Registry::start();
+    let api = ApiServer::start();
+    let healthz = common::free_port().to_string();
+    let agent = Agent::join(
+        &registry,
+        &api,
+        "sec-slowloris",
+        &["--healthz-port", &healthz],
+    );
+    let kubelet = agent.wait_for("the node's kubelet port", T, |_| {
+        let (ok, port, _) = api.kubectl(
+            &[
+                "get",
+                "node",
+                "sec-slowloris",
+                "-o",
+                "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port}",
+            ],
+            None,
+        );
+        (ok && !port.trim().is_empty()).then(|| port.trim().to_owned())
+    });
+    let slow = |port: String, tls: bool| {
+        std::thread::spawn(move || {
+            let mut command = std::process::Command::new("/usr/bin/python3");
+            command
+                .arg(common::repo().join("tests/fixtures/slow_headers.py"))
+                .arg(&port);
+            if tls {
+                command.arg("tls");
+            }
+            let output = command.output().expect("python3 runs");
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            let result: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|_| {
+                panic!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr))
+            });
+            result
+        })
+    };
+    let clients = [slow(kubelet, true), slow(healthz, false)];
+    for client in clients {
+        let result = client.join().unwrap();
+        let seconds = result["seconds"].as_f64().unwrap();
+        // A byte a second: the connection was never idle for long, and
+        // its headers were cut off at the timeout, not at the end of the
+        // client's patience (180 s).
+        assert!((25.0..90.0).contains(&seconds), "{result}");
+        assert!(result["sent"].as_u64().unwrap() >= 20, "{result}");
+        let answer = result["answer"].as_str().unwrap();
+        assert!(!answer.contains("200 OK"), "{result}");
+    }
+}
+
+/// The socket of a pod's monitor starts containers: it is 0600 and the
+/// monitor serves only its own user. A process of another user that gets
+/// past the mode (here nobody holding CAP_DAC_OVERRIDE, as a widened mode
+/// or a leaked descriptor would let it) is not answered, while root, with
+/// the same request, is.
+#[test]
+fn a_pods_monitor_serves_no_other_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let agent = Agent::start(&registry);
+    agent.write_manifest(
+        "m.yaml",
+        &pod_yaml(
+            "monitored",
+            "  terminationGracePeriodSeconds: 1\n",
+            &format!("  - {{name: c, image: {image}, command: ['sleep', '3600']}}\n"),
+        ),
+    );
+    agent.wait_running("monitored");
+    let record = agent.record("monitored").unwrap();
+    let socket = agent.pod_dir(&record).join("monitor.sock");
+    let mode = fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // A request the monitor answers without side effects: a Create it
+    // refuses (its bundle is nowhere in the pod's dir).
+    let ask = |user: &[&str]| -> String {
+        let script = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+try:
+    s.sendall(b'{"create":{"id":"x1","bundle":"/tmp/evil","log_path":"/tmp/evil.log"}}\n')
+    print(s.recv(4096).decode(), end="")
+except TimeoutError:
+    print("timeout", end="")
+except (ConnectionResetError, BrokenPipeError):
+    pass
+"#;
+        let output = std::process::Command::new("setpriv")
+            .args(user)
+            .args(["/usr/bin/python3", "-c", script])
+            .arg(&socket)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let root = ask(&["--reuid=0"]);
+    assert!(root.contains("bundle /tmp/evil is not this pod's"), "{root}");
+    let nobody = ask(&[
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=+dac_override",
+        "--ambient-caps=+dac_override",
+    ]);
+    assert_eq!(nobody, "", "another user was answered");
+    // Refusing it cost the monitor nothing: it serves its user still.
+    let again = ask(&["--reuid=0"]);
+    assert_eq!(again, root);
+    agent.remove_manifest("m.yaml");
+    agent.wait_for("the pod gone", T, |a| a.records().is_empty().then_some(()));
+}
