@@ -149,7 +149,7 @@ fn node_registers_runs_pods_and_deletes_them() {
     let manifests = [
         pod_manifest("web", &image, "", "echo hello; sleep 3600"),
         pod_manifest("fails", &image, "  restartPolicy: Never\n", "exit 3"),
-        pod_manifest("odd", &image, "  affinity: {}\n", "sleep 1"),
+        pod_manifest("odd", &image, "  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n", "sleep 1"),
         pod_manifest("crashy", &image, "", "exit 1"),
         pod_manifest("hostnet", &image, "  hostNetwork: true\n", "exec sleep 3600"),
         // Asks for more CPU than any node of this test has.
@@ -218,7 +218,7 @@ fn node_registers_runs_pods_and_deletes_them() {
     });
     let odd = get(&api, &["get", "pod", "odd"]).unwrap();
     let message = odd["status"]["message"].as_str().unwrap();
-    assert!(message.contains("spec.affinity"), "{message}");
+    assert!(message.contains("spec.resourceClaims"), "{message}");
 
     // Reasons and events, as kubectl shows them.
     wait(&agent, "CrashLoopBackOff", T, || {
@@ -2651,4 +2651,109 @@ fn node_logs_are_served_from_var_log_only() {
     let (code, climbed, err) = raw(&format!("{name}/../../../etc/"));
     assert_ne!(code, 0, "{climbed}");
     assert!(err.contains("NotFound") || err.contains("404"), "{err}");
+}
+
+/// Pods as the control plane writes them: a DaemonSet's pod (its node
+/// affinity on `metadata.name`, the controller's tolerations), a Deployment's
+/// with pod anti-affinity and topology spread, quantities written as
+/// numbers and an extended resource the node does not advertise. They run;
+/// pods bound to the node past the scheduler are refused with upstream's
+/// reasons when their required affinity or an untolerated NoExecute taint
+/// says so.
+#[test]
+fn pods_with_affinity_tolerations_and_spread_run_as_upstream_admits_them() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let dir = common::TempDir::new("nanolet-affinity");
+    let config = dir.path().join("kubelet.yaml");
+    std::fs::write(
+        &config,
+        "registerWithTaints: [{key: example.com/maintenance, value: soon, effect: NoExecute}]\n",
+    )
+    .unwrap();
+    let node = "edge-affinity";
+    let agent = Agent::join(
+        &registry,
+        &api,
+        node,
+        &["--config", config.to_str().unwrap()],
+    );
+    wait(&agent, "node Ready", T, || {
+        (node_ready(&api, node)? == "True").then_some(())
+    });
+    let tolerations = "  tolerations:\n  - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute}\n  - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute}\n  - {key: node.kubernetes.io/disk-pressure, operator: Exists, effect: NoSchedule}\n  - {key: example.com/maintenance, operator: Equal, value: soon}\n";
+    let daemonset = format!(
+        "  nodeName: {node}\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchFields:\n          - {{key: metadata.name, operator: In, values: [{node}]}}\n{tolerations}"
+    );
+    let spread = format!(
+        "  nodeName: {node}\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchExpressions:\n          - {{key: kubernetes.io/os, operator: In, values: [linux]}}\n          - {{key: kubernetes.io/hostname, operator: NotIn, values: [elsewhere]}}\n    podAntiAffinity:\n      preferredDuringSchedulingIgnoredDuringExecution:\n      - weight: 100\n        podAffinityTerm: {{topologyKey: kubernetes.io/hostname, labelSelector: {{matchLabels: {{app: web}}}}}}\n  topologySpreadConstraints:\n  - {{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {{matchLabels: {{app: web}}}}}}\n  schedulingGates: []\n  priority: 0\n{tolerations}"
+    );
+    let elsewhere = format!(
+        "  nodeName: {node}\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchFields:\n          - {{key: metadata.name, operator: In, values: [other-node]}}\n{tolerations}"
+    );
+    let untolerated = format!("  nodeName: {node}\n");
+    let numbers = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: numbers}}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 3\n  automountServiceAccountToken: false\n{tolerations}  containers:\n  - name: main\n    image: {image}\n    command: [sleep, '3600']\n    resources:\n      limits: {{cpu: 1, memory: 67108864, example.com/dongle: 1}}\n      requests: {{cpu: 0.1, memory: 33554432}}\n"
+    );
+    // A volume type nanolet cannot mount: waits, as upstream's would.
+    let claimed = format!(
+        "  nodeName: {node}\n{tolerations}  volumes:\n  - {{name: data, persistentVolumeClaim: {{claimName: data}}}}\n"
+    );
+    let manifests = [
+        pod_manifest("claimed", &image, &claimed, "sleep 3600"),
+        pod_manifest("ds", &image, &daemonset, "sleep 3600"),
+        pod_manifest("spread", &image, &spread, "sleep 3600"),
+        pod_manifest("elsewhere", &image, &elsewhere, "sleep 3600"),
+        pod_manifest("untolerated", &image, &untolerated, "sleep 3600"),
+        numbers,
+    ]
+    .join("---\n");
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifests));
+    for pod in ["ds", "spread", "numbers"] {
+        wait(&agent, &format!("{pod} running"), T, || {
+            (phase_and_reason(&api, pod)?.0 == "Running").then_some(())
+        });
+    }
+    for (pod, reason, message) in [
+        (
+            "elsewhere",
+            "NodeAffinity",
+            "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector",
+        ),
+        (
+            "untolerated",
+            "TaintToleration",
+            "Pod was rejected: Predicate TaintToleration failed: node(s) had untolerated taint",
+        ),
+    ] {
+        let status = wait(&agent, &format!("{pod} rejected"), T, || {
+            let p = get(&api, &["get", "pod", pod])?;
+            (p["status"]["phase"] == "Failed").then(|| p["status"].clone())
+        });
+        assert_eq!(status["reason"], reason, "{status}");
+        assert_eq!(status["message"], message, "{status}");
+    }
+    let mount_failed = wait(&agent, "claimed's FailedMount event", T, || {
+        let events = get(&api, &["get", "events"])?;
+        events["items"]
+            .as_array()?
+            .iter()
+            .find(|e| e["reason"] == "FailedMount" && e["involvedObject"]["name"] == "claimed")
+            .cloned()
+    });
+    let message = mount_failed["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"data\"") && message.contains("persistentVolumeClaim"),
+        "{message}"
+    );
+    assert_eq!(
+        phase_and_reason(&api, "claimed").unwrap(),
+        ("Pending".into(), "ContainerCreating".into())
+    );
+    // The numbers were read as quantities: requests below limits.
+    let numbers = get(&api, &["get", "pod", "numbers"]).unwrap();
+    assert_eq!(numbers["status"]["qosClass"], "Burstable", "{numbers}");
+    api.kubectl_ok(&["delete", "pod", "--all", "--wait=false"], None);
+    agent.wait_for("the pods gone", T, |a| a.records().is_empty().then_some(()));
 }

@@ -435,7 +435,10 @@ except (ConnectionResetError, BrokenPipeError):
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
     let root = ask(&["--reuid=0"]);
-    assert!(root.contains("bundle /tmp/evil is not this pod's"), "{root}");
+    assert!(
+        root.contains("bundle /tmp/evil is not this pod's"),
+        "{root}"
+    );
     let nobody = ask(&[
         "--reuid=65534",
         "--regid=65534",

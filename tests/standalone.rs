@@ -421,10 +421,10 @@ fn bad_manifests_are_reported_and_harm_nothing() {
         ),
     );
     agent.write_manifest(
-        "affine.yaml",
+        "claims.yaml",
         &pod_yaml(
-            "affine",
-            "  affinity: {}\n",
+            "claims",
+            "  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n",
             &format!("  - name: c\n    image: {image}\n"),
         ),
     );
@@ -447,7 +447,7 @@ fn bad_manifests_are_reported_and_harm_nothing() {
         "{table}"
     );
     assert!(
-        table.contains("affine.yaml (document 0): spec.affinity: not supported"),
+        table.contains("claims.yaml (document 0): spec.resourceClaims: not supported"),
         "{table}"
     );
     assert!(

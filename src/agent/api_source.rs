@@ -2,13 +2,14 @@
 //! reflector's snapshot, sorted into those to run, those being deleted and
 //! those nanolet refuses (with the reason their status will carry).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as core;
 use serde_json::Value;
 
 use super::API_SOURCE;
+use super::admission::{self, NodeView};
 use crate::pod::Pod;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,11 +37,10 @@ fn text<'a>(object: &'a Value, pointer: &str) -> &'a str {
 
 /// Sorts the snapshot. `running` tells whether a worker runs a UID: a pod
 /// already terminal in the API is not started again unless it runs here.
-/// `node_labels` are matched against node selectors, as upstream's
-/// admission does again after the scheduler.
+/// A new pod must fit `node` (see `admission::fits_node`).
 pub fn sort(
     objects: &HashMap<String, Value>,
-    node_labels: &BTreeMap<String, String>,
+    node: &NodeView,
     running: impl Fn(&str) -> bool,
 ) -> ApiPods {
     let mut pods = ApiPods::default();
@@ -66,27 +66,18 @@ pub fn sort(
         if (phase == "Succeeded" || phase == "Failed") && !running(uid) {
             continue;
         }
-        let selector_matches = object
-            .pointer("/spec/nodeSelector")
-            .and_then(Value::as_object)
-            .is_none_or(|selector| {
-                selector
-                    .iter()
-                    .all(|(k, v)| v.as_str() == node_labels.get(k).map(String::as_str))
-            });
-        if !selector_matches && !running(uid) {
-            pods.rejected.push((
-                reference,
-                "NodeAffinity".into(),
-                "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
-                    .into(),
-            ));
-            continue;
-        }
         match crate::pod::validate(object, API_SOURCE, uid)
             .and_then(|pod| crate::pod::apparmor::admit_on_host(&pod).map(|()| pod))
         {
             Ok(pod) => {
+                // Checked once, before the pod first runs: a label changed
+                // later does not stop it (IgnoredDuringExecution).
+                if !running(uid)
+                    && let Err((reason, message)) = admission::fits_node(&pod.manifest, node, true)
+                {
+                    pods.rejected.push((reference, reason, message));
+                    continue;
+                }
                 pods.run.insert(uid.clone(), pod);
             }
             Err(e) => {
@@ -156,8 +147,12 @@ mod tests {
         objects.insert("d".into(), done);
         let mut selected = pod("e", json!({}), json!({"nodeSelector": {"disk": "ssd"}}));
         objects.insert("e".into(), selected.clone());
-        let labels = BTreeMap::from([("disk".to_owned(), "hdd".to_owned())]);
-        let sorted = sort(&objects, &labels, |_| false);
+        let node = NodeView {
+            name: "n".into(),
+            labels: [("disk".to_owned(), "hdd".to_owned())].into(),
+            ..Default::default()
+        };
+        let sorted = sort(&objects, &node, |_| false);
         assert_eq!(sorted.run.keys().collect::<Vec<_>>(), vec!["a"]);
         assert_eq!(sorted.run["a"].source, API_SOURCE);
         assert_eq!(sorted.deleting["b"].1, Some(Duration::from_secs(5)));
@@ -169,12 +164,12 @@ mod tests {
         assert_eq!(rejected[1].1, "NodeAffinity");
         // A terminal pod that still runs here stays.
         assert!(
-            sort(&objects, &labels, |uid| uid == "d")
+            sort(&objects, &node, |uid| uid == "d")
                 .run
                 .contains_key("d")
         );
         selected["spec"]["nodeSelector"]["disk"] = json!("hdd");
         objects.insert("e".into(), selected);
-        assert!(sort(&objects, &labels, |_| false).run.contains_key("e"));
+        assert!(sort(&objects, &node, |_| false).run.contains_key("e"));
     }
 }

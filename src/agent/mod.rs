@@ -72,6 +72,9 @@ pub struct Context {
     pub status_manager: Option<Rc<StatusManager>>,
     /// Cluster mode: the Node's UID once registered (mirror pods' owner).
     pub node_uid: Rc<std::cell::RefCell<Option<String>>>,
+    /// Cluster mode: the Node as the API server last returned it, for
+    /// admission (labels and taints an administrator set).
+    pub api_node: Rc<std::cell::RefCell<Option<admission::NodeView>>>,
     /// Cluster mode: events for users.
     pub events: Option<Rc<events::EventRecorder>>,
     /// Cluster mode: ConfigMaps, Secrets and tokens for pods.
@@ -249,6 +252,7 @@ pub async fn run(
             .as_ref()
             .map(|c| events::EventRecorder::new(c.0.clone(), &config.node_name)),
         node_uid: Rc::default(),
+        api_node: Rc::default(),
         eviction: eviction::EvictionManager::new(config.eviction.clone()),
         runtime,
         layout,
@@ -377,13 +381,19 @@ pub async fn run(
     let mut unreadable_logged = false;
     let mut rejected_reported: HashSet<String> = HashSet::new();
     let mut delete_requested: HashSet<String> = HashSet::new();
-    let node_labels = node::labels(&ctx);
-    let capacity = {
+    let registered_node = admission::NodeView {
+        name: ctx.config.node_name.clone(),
+        labels: node::labels(&ctx),
+        taints: ctx.config.register_with_taints.clone(),
+        extended: Default::default(),
+    };
+    let mut capacity = {
         let (cpu_milli, memory) = node::allocatable(&ctx);
         admission::Capacity {
             cpu_milli,
             memory,
             pods: u64::from(ctx.config.max_pods),
+            extended: Default::default(),
         }
     };
 
@@ -440,10 +450,16 @@ pub async fn run(
 
         // Until its first list, the API server says nothing about which
         // pods should not run.
+        let node_view = ctx
+            .api_node
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| registered_node.clone());
+        capacity.extended = node_view.extended.clone();
         let sorted = api_pods.as_ref().and_then(|reflector| {
             let snapshot = reflector.snapshot();
             snapshot.synced.then(|| {
-                api_source::sort(&snapshot.objects, &node_labels, |uid| {
+                api_source::sort(&snapshot.objects, &node_view, |uid| {
                     workers.contains_key(uid)
                 })
             })
@@ -476,9 +492,7 @@ pub async fn run(
             // the running ones leave.
             let mut used = admission::Used::default();
             for handle in workers.values().filter(|h| !h.terminating) {
-                used.pods += 1;
-                used.cpu_milli += handle.requests.0;
-                used.memory += handle.requests.1;
+                used.add(&handle.pod);
             }
             let mut new: Vec<Pod> = sorted
                 .run

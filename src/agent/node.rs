@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use serde_json::{Value, json};
 
 use super::Context;
+use super::admission::NodeView;
 use crate::kube::diff::strategic_diff;
 use crate::kube::{Api, KubeError, PatchType, RetryBackoff};
 use crate::quantity::{format_bytes, format_millicpu};
@@ -462,13 +463,15 @@ fn carry_transitions(previous: Option<&core::NodeStatus>, status: &mut core::Nod
 pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
     let name = ctx.config.node_name.clone();
     let mut sent: Option<core::NodeStatus> = None;
-    let uid = if ctx.config.register_node {
-        let (uid, initial) = register(&ctx, &api, &facts).await;
+    let node = if ctx.config.register_node {
+        let (node, initial) = register(&ctx, &api, &facts).await;
         sent = initial;
-        uid
+        node
     } else {
         wait_for_node(&api, &name).await
     };
+    let uid = node.metadata.uid.clone().unwrap_or_default();
+    *ctx.api_node.borrow_mut() = Some(NodeView::from_node(&node));
     log::info!("node {name} registered (uid {uid})");
     *ctx.node_uid.borrow_mut() = Some(uid.clone());
     // Set when the Lease could not be renewed: the control plane may have
@@ -508,7 +511,11 @@ pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
             .patch::<core::Node>(&path, PatchType::StrategicMerge, &json!({"status": diff}))
             .await
         {
-            Ok(_) => {
+            // What it answers carries the labels and taints an
+            // administrator set meanwhile: admission's view of the node,
+            // with no request of its own.
+            Ok(node) => {
+                *ctx.api_node.borrow_mut() = Some(NodeView::from_node(&node));
                 sent = Some(status);
                 last_report = Instant::now();
             }
@@ -516,7 +523,8 @@ pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
                 // Deleted behind our back: register again, as upstream
                 // kubelets do on restart.
                 log::warn!("node {name} is gone from the API server; registering again");
-                let (_, initial) = register(&ctx, &api, &facts).await;
+                let (node, initial) = register(&ctx, &api, &facts).await;
+                *ctx.api_node.borrow_mut() = Some(NodeView::from_node(&node));
                 sent = initial;
             }
             Err(e) => {
@@ -530,13 +538,13 @@ pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
 }
 
 /// POSTs the node until it exists: 100 ms doubling to 7 s, as upstream.
-/// Returns its UID and the status it was created with (None when it
-/// existed before, so the first report sends everything).
+/// Returns it and the status it was created with (None when it existed
+/// before, so the first report sends everything).
 async fn register(
     ctx: &Context,
     api: &Api,
     facts: &NodeFacts,
-) -> (String, Option<core::NodeStatus>) {
+) -> (core::Node, Option<core::NodeStatus>) {
     let name = &ctx.config.node_name;
     let mut backoff = RetryBackoff::new(Duration::from_millis(100), Duration::from_millis(3500));
     loop {
@@ -544,12 +552,12 @@ async fn register(
         let node = initial_node(ctx, status.clone());
         match api.create::<_, core::Node>("/api/v1/nodes", &node).await {
             Ok(created) => {
-                if let Some(uid) = created.metadata.uid {
-                    return (uid, Some(status));
+                if created.metadata.uid.is_some() {
+                    return (created, Some(status));
                 }
             }
             Err(e) if e.is_conflict() => match reconcile_existing(api, &node).await {
-                Ok(uid) => return (uid, None),
+                Ok(existing) => return (existing, None),
                 Err(e) if e.is_unavailable() => {}
                 Err(e) => log::warn!("registering node {name}: {e}"),
             },
@@ -561,7 +569,7 @@ async fn register(
 }
 
 /// A node of this name exists (a restart): make its labels ours again.
-async fn reconcile_existing(api: &Api, node: &core::Node) -> Result<String, KubeError> {
+async fn reconcile_existing(api: &Api, node: &core::Node) -> Result<core::Node, KubeError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let path = format!("/api/v1/nodes/{name}");
     let existing: core::Node = api.get(&path).await?;
@@ -571,27 +579,27 @@ async fn reconcile_existing(api: &Api, node: &core::Node) -> Result<String, Kube
         .iter()
         .filter(|(k, v)| have.get(*k) != Some(*v))
         .collect();
-    if !missing.is_empty() {
-        api.patch::<core::Node>(
-            &path,
-            PatchType::Merge,
-            &json!({"metadata": {"labels": missing}}),
-        )
-        .await?;
+    if missing.is_empty() {
+        return Ok(existing);
     }
-    Ok(existing.metadata.uid.unwrap_or_default())
+    api.patch::<core::Node>(
+        &path,
+        PatchType::Merge,
+        &json!({"metadata": {"labels": missing}}),
+    )
+    .await
 }
 
 /// Without registration (registerNode: false) the node must be created by
 /// someone else: wait for it.
-async fn wait_for_node(api: &Api, name: &str) -> String {
+async fn wait_for_node(api: &Api, name: &str) -> core::Node {
     let mut backoff = RetryBackoff::new(Duration::from_secs(1), Duration::from_secs(30));
     loop {
         match api
             .get::<core::Node>(&format!("/api/v1/nodes/{name}"))
             .await
         {
-            Ok(node) => return node.metadata.uid.unwrap_or_default(),
+            Ok(node) => return node,
             Err(e) if e.is_unavailable() => {}
             Err(e) => log::warn!("waiting for node {name}: {e}"),
         }

@@ -739,6 +739,14 @@ impl Worker {
 
     /// Writes the volumes nanolet fills itself, off the loop.
     async fn prepare_volumes(&mut self) -> Result<(), String> {
+        for volume in &self.pod.volumes {
+            if let VolumeSource::Unsupported { kind } = &volume.source {
+                return Err(format!(
+                    "MountVolume.SetUp failed for volume {:?}: no volume plugin matched: nanolet does not mount {kind} volumes",
+                    volume.name
+                ));
+            }
+        }
         self.refresh_objects().await?;
         let downward = self.downward();
         let Some(paths) = &self.paths else {
@@ -1330,13 +1338,22 @@ impl Worker {
                 }
                 Err(message) => {
                     log::warn!("pod {}: {message}", self.pod.full_name());
+                    self.event(None, EventType::Warning, "FailedMount", message.clone());
+                    // A volume type nanolet lacks will not appear: retried
+                    // as upstream's volume manager backs off, at its longest.
+                    let unsupported = self
+                        .pod
+                        .volumes
+                        .iter()
+                        .any(|v| matches!(v.source, VolumeSource::Unsupported { .. }));
+                    let retry = if unsupported { 122 } else { 5 };
                     for i in to_start {
                         let c = &mut self.containers[i];
                         if c.record.view.terminated.is_none() {
                             c.record.view.waiting =
                                 Some(("ContainerCreating".into(), message.clone()));
                         }
-                        c.retry_at = Some(now + Duration::from_secs(5));
+                        c.retry_at = Some(now + Duration::from_secs(retry));
                     }
                 }
             }

@@ -8,17 +8,19 @@ pub mod env;
 pub mod manifest;
 pub mod objects;
 pub mod probe;
+pub mod scheduling;
 pub mod status;
 mod validate;
 pub mod volumes;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as core;
 use serde::{Deserialize, Serialize};
 
 pub use apparmor::AppArmorProfile;
-pub use validate::{CAPABILITIES, PodError, default_pull_policy, validate};
+pub use validate::{CAPABILITIES, PodError, default_pull_policy, is_extended_resource, validate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RestartPolicy {
@@ -97,6 +99,9 @@ pub struct Pod {
     pub run_as_group: Option<u32>,
     pub run_as_non_root: bool,
     pub supplemental_groups: Vec<u32>,
+    /// `supplementalGroupsPolicy: Merge` (the default): the groups the
+    /// image's /etc/group gives the process's user are added.
+    pub merge_image_groups: bool,
     /// Group owner of the pod's writable volumes, and a group of every
     /// container (securityContext.fsGroup).
     pub fs_group: Option<u32>,
@@ -244,6 +249,9 @@ pub struct Resources {
     pub cpu_limit_milli: Option<u64>,
     pub memory_request: Option<u64>,
     pub memory_limit: Option<u64>,
+    /// Extended resources (a device plugin's `example.com/dongle`): the
+    /// request, which is also the limit.
+    pub extended: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,6 +270,12 @@ pub enum VolumeSource {
     /// and service account tokens (the configMap, secret, downwardAPI and
     /// projected volume types), on tmpfs.
     Projected(Projection),
+    /// A type nanolet cannot mount (`persistentVolumeClaim`, `nfs`...):
+    /// the pod waits in ContainerCreating, as upstream's does for a volume
+    /// no plugin mounts.
+    Unsupported {
+        kind: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

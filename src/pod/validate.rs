@@ -1,6 +1,7 @@
 //! From an untrusted Pod document to a [`Pod`]: every field must be one
 //! nanolet implements, and every value one it can honour.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1 as core;
@@ -8,6 +9,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::quantity;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PodError {
@@ -40,8 +42,11 @@ enum Shape {
     /// Any content: typed deserialisation checks it, or nanolet does not act
     /// on it (status, creationTimestamp).
     Any,
-    /// A map of strings to strings (labels, annotations, resource lists).
+    /// A map of strings to strings (labels, annotations).
     StringMap,
+    /// A resource list: quantities, as strings or (as the API server
+    /// takes them) numbers.
+    QuantityMap,
     Object(&'static [(&'static str, Shape)]),
     ListOf(&'static [(&'static str, Shape)]),
 }
@@ -77,11 +82,22 @@ pub(super) const MAX_GRACE_SECONDS: i64 = u32::MAX as i64;
 const SECCOMP: &[(&str, Shape)] = &[("type", Leaf), ("localhostProfile", Leaf)];
 const APPARMOR: &[(&str, Shape)] = &[("type", Leaf), ("localhostProfile", Leaf)];
 
+/// Windows' options, which a Linux node ignores, as upstream's kubelet.
+const WINDOWS: &[(&str, Shape)] = &[
+    ("gmsaCredentialSpecName", Leaf),
+    ("gmsaCredentialSpec", Leaf),
+    ("runAsUserName", Leaf),
+    ("hostProcess", Leaf),
+];
+
 const POD_SECURITY: &[(&str, Shape)] = &[
     ("runAsUser", Leaf),
     ("runAsGroup", Leaf),
     ("runAsNonRoot", Leaf),
     ("supplementalGroups", Any),
+    ("supplementalGroupsPolicy", Leaf),
+    ("fsGroupChangePolicy", Leaf),
+    ("windowsOptions", Object(WINDOWS)),
     ("fsGroup", Leaf),
     ("sysctls", ListOf(&[("name", Leaf), ("value", Leaf)])),
     ("seccompProfile", Object(SECCOMP)),
@@ -99,6 +115,7 @@ const CONTAINER_SECURITY: &[(&str, Shape)] = &[
     ("seccompProfile", Object(SECCOMP)),
     ("appArmorProfile", Object(APPARMOR)),
     ("procMount", Leaf),
+    ("windowsOptions", Object(WINDOWS)),
 ];
 
 /// Capabilities by number, as the kernel knows them (6.x).
@@ -255,11 +272,12 @@ const CONTAINER: &[(&str, Shape)] = &[
             ("containerPort", Leaf),
             ("protocol", Leaf),
             ("hostPort", Leaf),
+            ("hostIP", Leaf),
         ]),
     ),
     (
         "resources",
-        Object(&[("requests", StringMap), ("limits", StringMap)]),
+        Object(&[("requests", QuantityMap), ("limits", QuantityMap)]),
     ),
     ("securityContext", Object(CONTAINER_SECURITY)),
     ("terminationMessagePath", Leaf),
@@ -359,8 +377,45 @@ const PROJECTION: &[(&str, Shape)] = &[
     ),
 ];
 
+/// The volume types nanolet mounts.
+const MOUNTED_VOLUMES: &[&str] = &[
+    "emptyDir",
+    "hostPath",
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "projected",
+];
+
 const VOLUME: &[(&str, Shape)] = &[
     ("name", Leaf),
+    // Types nanolet cannot mount: their pods stay ContainerCreating with
+    // FailedMount events, as upstream's kubelet leaves a pod whose volume
+    // no plugin of it mounts. Their content is checked by the typed Pod.
+    ("awsElasticBlockStore", Any),
+    ("azureDisk", Any),
+    ("azureFile", Any),
+    ("cephfs", Any),
+    ("cinder", Any),
+    ("csi", Any),
+    ("ephemeral", Any),
+    ("fc", Any),
+    ("flexVolume", Any),
+    ("flocker", Any),
+    ("gcePersistentDisk", Any),
+    ("gitRepo", Any),
+    ("glusterfs", Any),
+    ("image", Any),
+    ("iscsi", Any),
+    ("nfs", Any),
+    ("persistentVolumeClaim", Any),
+    ("photonPersistentDisk", Any),
+    ("portworxVolume", Any),
+    ("quobyte", Any),
+    ("rbd", Any),
+    ("scaleIO", Any),
+    ("storageos", Any),
+    ("vsphereVolume", Any),
     ("emptyDir", Object(&[("medium", Leaf), ("sizeLimit", Leaf)])),
     ("hostPath", Object(&[("path", Leaf), ("type", Leaf)])),
     (
@@ -419,10 +474,16 @@ const SPEC: &[(&str, Shape)] = &[
     ("shareProcessNamespace", Leaf),
     ("securityContext", Object(POD_SECURITY)),
     ("volumes", ListOf(VOLUME)),
-    // The scheduler's business, already done when a pod reaches a node;
-    // the node selector is checked again by admission.
+    // The scheduler's business, already done when a pod reaches a node.
+    // Admission checks the node selector, the required node affinity, the
+    // OS and NoExecute taints again, as upstream's kubelet does.
     ("nodeSelector", StringMap),
+    ("affinity", Any),
     ("tolerations", Any),
+    ("topologySpreadConstraints", Any),
+    ("schedulingGates", Any),
+    ("schedulingGroup", Any),
+    ("os", Object(&[("name", Leaf)])),
     ("priority", Leaf),
     ("priorityClassName", Leaf),
     ("preemptionPolicy", Leaf),
@@ -453,6 +514,14 @@ fn check_shape(value: &Value, path: &str, shape: &Shape) -> Result<(), PodError>
             }
             Ok(())
         }
+        (QuantityMap, Value::Object(map)) => {
+            for (key, v) in map {
+                if !v.is_string() && !v.is_number() {
+                    return Err(invalid(format!("{path}.{key}"), "expected a quantity"));
+                }
+            }
+            Ok(())
+        }
         (Object(fields), Value::Object(map)) => check_object(map, path, fields),
         (ListOf(fields), Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
@@ -464,7 +533,7 @@ fn check_shape(value: &Value, path: &str, shape: &Shape) -> Result<(), PodError>
             }
             Ok(())
         }
-        (StringMap | Object(_), _) => Err(invalid(path, "expected an object")),
+        (StringMap | QuantityMap | Object(_), _) => Err(invalid(path, "expected an object")),
         (ListOf(_), _) => Err(invalid(path, "expected a list")),
     }
 }
@@ -503,9 +572,87 @@ pub fn validate(document: &Value, source: &str, uid: &str) -> Result<Pod, PodErr
         return Err(invalid("", "a Pod must be an object"));
     };
     check_object(map, "", POD)?;
+    let mut document = document.clone();
+    quantities_as_strings(&mut document);
     let manifest: core::Pod =
-        serde_json::from_value(document.clone()).map_err(|e| invalid("", e.to_string()))?;
+        serde_json::from_value(document).map_err(|e| invalid("", e.to_string()))?;
     convert(manifest, source, uid)
+}
+
+/// Where a Pod holds quantities (`*`: every item or value).
+const QUANTITIES: &[&[&str]] = &[
+    &["spec", "containers", "*", "resources", "*", "*"],
+    &["spec", "initContainers", "*", "resources", "*", "*"],
+    &[
+        "spec",
+        "containers",
+        "*",
+        "env",
+        "*",
+        "valueFrom",
+        "resourceFieldRef",
+        "divisor",
+    ],
+    &[
+        "spec",
+        "initContainers",
+        "*",
+        "env",
+        "*",
+        "valueFrom",
+        "resourceFieldRef",
+        "divisor",
+    ],
+    &["spec", "volumes", "*", "emptyDir", "sizeLimit"],
+    &[
+        "spec",
+        "volumes",
+        "*",
+        "downwardAPI",
+        "items",
+        "*",
+        "resourceFieldRef",
+        "divisor",
+    ],
+    &[
+        "spec",
+        "volumes",
+        "*",
+        "projected",
+        "sources",
+        "*",
+        "downwardAPI",
+        "items",
+        "*",
+        "resourceFieldRef",
+        "divisor",
+    ],
+];
+
+/// A quantity written as a number (`cpu: 1` in YAML) is the API server's
+/// as much as `"1"` is; the typed Pod takes only strings.
+fn quantities_as_strings(document: &mut Value) {
+    fn visit(value: &mut Value, path: &[&str]) {
+        let Some((first, rest)) = path.split_first() else {
+            if let Value::Number(n) = value {
+                *value = Value::String(n.to_string());
+            }
+            return;
+        };
+        match (*first, value) {
+            ("*", Value::Array(items)) => items.iter_mut().for_each(|v| visit(v, rest)),
+            ("*", Value::Object(map)) => map.values_mut().for_each(|v| visit(v, rest)),
+            (key, Value::Object(map)) => {
+                if let Some(v) = map.get_mut(key) {
+                    visit(v, rest);
+                }
+            }
+            _ => {}
+        }
+    }
+    for path in QUANTITIES {
+        visit(document, path);
+    }
 }
 
 fn dns_label(field: &str, value: &str, max: usize) -> Result<(), PodError> {
@@ -719,6 +866,27 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             id_from("spec.securityContext.supplementalGroups", Some(g)).map(|g| g.unwrap_or(0))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let merge_image_groups = match security.and_then(|s| s.supplemental_groups_policy.as_deref()) {
+        None | Some("Merge") => true,
+        Some("Strict") => false,
+        Some(other) => {
+            return Err(invalid(
+                "spec.securityContext.supplementalGroupsPolicy",
+                format!("unknown value {other:?}"),
+            ));
+        }
+    };
+    // nanolet's volumes are new or its own: their ownership is set when
+    // made, which either policy gives.
+    match security.and_then(|s| s.fs_group_change_policy.as_deref()) {
+        None | Some("OnRootMismatch" | "Always") => {}
+        Some(other) => {
+            return Err(invalid(
+                "spec.securityContext.fsGroupChangePolicy",
+                format!("unknown value {other:?}"),
+            ));
+        }
+    }
     let run_as_non_root = security.and_then(|s| s.run_as_non_root).unwrap_or(false);
     let fs_group = id_from(
         "spec.securityContext.fsGroup",
@@ -860,6 +1028,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         run_as_group,
         run_as_non_root,
         supplemental_groups,
+        merge_image_groups,
         fs_group,
         sysctls,
         volumes,
@@ -881,21 +1050,20 @@ fn convert_volumes(volumes: &[core::Volume]) -> Result<Vec<Volume>, PodError> {
                 format!("duplicate name {:?}", v.name),
             ));
         }
-        let kinds = [
-            v.empty_dir.is_some(),
-            v.host_path.is_some(),
-            v.config_map.is_some(),
-            v.secret.is_some(),
-            v.downward_api.is_some(),
-            v.projected.is_some(),
-        ];
-        if kinds.iter().filter(|k| **k).count() != 1 {
-            return Err(invalid(
-                &field,
-                "exactly one of emptyDir, hostPath, configMap, secret, downwardAPI or projected is required",
-            ));
-        }
-        let source = if let Some(empty) = &v.empty_dir {
+        let kinds: Vec<String> = match serde_json::to_value(v) {
+            Ok(Value::Object(map)) => map
+                .into_iter()
+                .map(|(k, _)| k)
+                .filter(|k| k != "name")
+                .collect(),
+            _ => Vec::new(),
+        };
+        let [kind] = kinds.as_slice() else {
+            return Err(invalid(&field, "exactly one volume type is required"));
+        };
+        let source = if !MOUNTED_VOLUMES.contains(&kind.as_str()) {
+            VolumeSource::Unsupported { kind: kind.clone() }
+        } else if let Some(empty) = &v.empty_dir {
             let memory = match empty.medium.as_deref() {
                 None | Some("") => false,
                 Some("Memory") => true,
@@ -1148,7 +1316,7 @@ fn resource(
 ) -> Result<Option<u128>, PodError> {
     let Some(list) = list else { return Ok(None) };
     for key in list.keys() {
-        if key != "cpu" && key != "memory" {
+        if key != "cpu" && key != "memory" && !is_extended_resource(key) {
             return Err(unsupported(format!("{field}.{key}")));
         }
     }
@@ -1158,6 +1326,49 @@ fn resource(
                 .map_err(|e| invalid(format!("{field}.{name}"), e.to_string()))
         })
         .transpose()
+}
+
+/// Upstream's extended resources: a domain-qualified name outside
+/// `kubernetes.io/` (a device plugin's `example.com/dongle`).
+pub fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
+/// A container's extended resources: whole numbers, never overcommitted
+/// (a request equals the limit; a limit alone is also the request, as the
+/// API server defaults it).
+fn extended_resources(
+    requests: Option<&BTreeMap<String, Quantity>>,
+    limits: Option<&BTreeMap<String, Quantity>>,
+    field: &str,
+) -> Result<BTreeMap<String, u64>, PodError> {
+    let whole = |list: &str, name: &str, q: &Quantity| -> Result<u64, PodError> {
+        let field = format!("{field}.{list}.{name}");
+        let milli = quantity::parse_milli(&q.0).map_err(|e| invalid(&field, e.to_string()))?;
+        if milli % 1000 != 0 {
+            return Err(invalid(field, "must be an integer"));
+        }
+        u64::try_from(milli / 1000).map_err(|_| invalid(field, "too large"))
+    };
+    let mut extended = BTreeMap::new();
+    for (name, limit) in limits.into_iter().flatten() {
+        if is_extended_resource(name) {
+            extended.insert(name.clone(), whole("limits", name, limit)?);
+        }
+    }
+    for (name, request) in requests.into_iter().flatten() {
+        if !is_extended_resource(name) {
+            continue;
+        }
+        let request = whole("requests", name, request)?;
+        if extended.get(name) != Some(&request) {
+            return Err(invalid(
+                format!("{field}.requests.{name}"),
+                "must be equal to the limit: extended resources cannot be overcommitted",
+            ));
+        }
+    }
+    Ok(extended)
 }
 
 fn convert_container(
@@ -1235,6 +1446,14 @@ fn convert_container(
                 ));
             }
             _ => {}
+        }
+        if let Some(ip) = port.host_ip.as_deref().filter(|ip| !ip.is_empty())
+            && ip.parse::<std::net::IpAddr>().is_err()
+        {
+            return Err(invalid(
+                format!("{field}.ports[{i}].hostIP"),
+                "must be a valid IP address",
+            ));
         }
     }
     let mut env = Vec::new();
@@ -1324,6 +1543,7 @@ fn convert_container(
     let limits = resources.and_then(|r| r.limits.as_ref());
     let to_u64 =
         |v: Option<u128>, div: u128| v.map(|v| u64::try_from(v.div_ceil(div)).unwrap_or(u64::MAX));
+    let extended = extended_resources(requests, limits, &rfield)?;
     let cpu_limit = to_u64(resource(limits, &format!("{rfield}.limits"), "cpu")?, 1);
     let memory_limit = to_u64(
         resource(limits, &format!("{rfield}.limits"), "memory")?,
@@ -1441,6 +1661,7 @@ fn convert_container(
             cpu_limit_milli: cpu_limit,
             memory_request,
             memory_limit,
+            extended,
         },
         mounts,
     })
@@ -1697,7 +1918,13 @@ mod tests {
         assert_eq!(c(json!({})).unwrap().containers[0].input, Input::default());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 8080}]})).is_ok());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 70000}]})).is_err());
-        assert!(c(json!({"resources": {"limits": {"nvidia.com/gpu": "1"}}})).is_err());
+        assert!(c(json!({"resources": {"limits": {"ephemeral-storage": "1Gi"}}})).is_err());
+        assert!(
+            c(json!({"ports": [{"containerPort": 80, "hostPort": 80, "hostIP": "::1"}]})).is_ok()
+        );
+        assert!(
+            c(json!({"ports": [{"containerPort": 80, "hostPort": 80, "hostIP": "here"}]})).is_err()
+        );
         assert!(c(json!({"resources": {"limits": {"memory": "lots"}}})).is_err());
         assert!(c(json!({"volumeMounts": [{"name": "x", "mountPath": "/x"}]})).is_err());
         assert!(validate(&pod(json!({"containers": [{"name": "c", "image": "b"}], "shareProcessNamespace": true, "hostPID": true})), "f", "u").is_err());
@@ -1719,6 +1946,54 @@ mod tests {
         assert_eq!(r.memory_limit, Some(64 << 20));
         assert_eq!(p.qos, QosClass::Guaranteed);
         assert_eq!(p.containers[0].pull_policy, PullPolicy::IfNotPresent);
+    }
+
+    /// `cpu: 1` in YAML is a number; the API server takes it as a
+    /// quantity, and so does a static manifest here.
+    #[test]
+    fn quantities_may_be_numbers_and_extended_resources_whole() {
+        let p = validate(
+            &pod(json!({"containers": [{"name": "c", "image": "b:1",
+                "resources": {"limits": {"cpu": 1, "memory": 1073741824, "example.com/dongle": 3},
+                              "requests": {"cpu": 0.5}},
+                "env": [{"name": "M", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": 1}}}]}],
+                "volumes": [{"name": "v", "emptyDir": {"sizeLimit": 1000000}}]})),
+            "f",
+            "u",
+        )
+        .unwrap();
+        let r = &p.containers[0].resources;
+        assert_eq!(r.cpu_limit_milli, Some(1000));
+        assert_eq!(r.cpu_request_milli, Some(500));
+        assert_eq!(r.memory_limit, Some(1 << 30));
+        assert_eq!(r.extended["example.com/dongle"], 3);
+        let refused = |resources: serde_json::Value| {
+            validate(
+                &pod(
+                    json!({"containers": [{"name": "c", "image": "b:1", "resources": resources}]}),
+                ),
+                "f",
+                "u",
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(
+            refused(json!({"limits": {"example.com/dongle": "1500m"}}))
+                .contains("must be an integer")
+        );
+        assert!(
+            refused(
+                json!({"limits": {"example.com/dongle": 2}, "requests": {"example.com/dongle": 1}})
+            )
+            .contains("cannot be overcommitted")
+        );
+        assert!(
+            refused(json!({"requests": {"example.com/dongle": 1}}))
+                .contains("cannot be overcommitted")
+        );
+        assert!(refused(json!({"limits": {"cpu": true}})).contains("expected a quantity"));
+        assert!(refused(json!({"limits": {"hugepages-2Mi": "2Mi"}})).contains("not supported"));
     }
 
     #[test]

@@ -301,6 +301,8 @@ pub async fn create(
                 check_host_path(&volume.name, path, *kind)?;
                 PathBuf::from(path)
             }
+            // The pod worker reports it and starts no container.
+            VolumeSource::Unsupported { .. } => continue,
             // Filled by the pod worker from the API objects it reads.
             VolumeSource::Projected(_) => {
                 let dir = pod_dir.join("volumes").join(&volume.name);

@@ -484,11 +484,38 @@ pub fn resolve_user(
     };
     let mut additional_gids = pod.supplemental_groups.clone();
     additional_gids.extend(pod.fs_group);
+    if pod.merge_image_groups {
+        let user_name = passwd.lines().find_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            (f.get(2)?.parse::<u32>().ok()? == uid).then(|| f[0].to_owned())
+        });
+        if let Some(user_name) = user_name {
+            additional_gids.extend(member_groups(&group, &user_name));
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    additional_gids.retain(|g| seen.insert(*g));
     Ok(User {
         uid,
         gid,
         additional_gids,
     })
+}
+
+/// The groups /etc/group lists `user` as a member of.
+fn member_groups(group: &str, user: &str) -> Vec<u32> {
+    group
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            let members = f.get(3)?;
+            members
+                .split(',')
+                .any(|m| m.trim() == user)
+                .then(|| f.get(2)?.parse().ok())
+                .flatten()
+        })
+        .collect()
 }
 
 /// The process arguments: Kubernetes `command` replaces the image's
@@ -982,6 +1009,38 @@ mod tests {
         let explicit = pod("[{name: a, image: x:1, securityContext: {runAsUser: 1000}}]");
         let u = resolve_user(&explicit, &explicit.containers[0], &with_user(""), &dir).unwrap();
         assert_eq!((u.uid, u.gid), (1000, 1001));
+    }
+
+    /// supplementalGroupsPolicy: Merge (the default) adds the groups the
+    /// image's /etc/group makes its user a member of; Strict does not.
+    #[test]
+    fn image_groups_merge_unless_strict() {
+        let guard = crate::state::TestDir::new("spec");
+        let dir = guard.0.clone();
+        std::fs::create_dir_all(dir.join("etc")).unwrap();
+        std::fs::write(
+            dir.join("etc/passwd"),
+            "app:x:1000:1000::/:/bin/sh
+",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("etc/group"),
+            "app:x:1000:\naudio:x:29:pi,app\nvideo:x:44:pi\nstaff:x:50:app\n",
+        )
+        .unwrap();
+        let app = RunConfig {
+            user: Some("app".into()),
+            ..Default::default()
+        };
+        let merged = pod("[{name: a, image: x:1}]");
+        let u = resolve_user(&merged, &merged.containers[0], &app, &dir).unwrap();
+        assert_eq!(u.additional_gids, vec![29, 50]);
+        let strict = crate::pod::manifest::parse_one(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  securityContext: {supplementalGroupsPolicy: Strict, supplementalGroups: [7, 7], fsGroup: 8}\n  containers: [{name: a, image: x:1}]\n",
+        );
+        let u = resolve_user(&strict, &strict.containers[0], &app, &dir).unwrap();
+        assert_eq!(u.additional_gids, vec![7, 8]);
     }
 
     /// An image whose /etc/passwd is a link to /dev/zero grew the agent
