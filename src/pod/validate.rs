@@ -572,87 +572,10 @@ pub fn validate(document: &Value, source: &str, uid: &str) -> Result<Pod, PodErr
         return Err(invalid("", "a Pod must be an object"));
     };
     check_object(map, "", POD)?;
-    let mut document = document.clone();
-    quantities_as_strings(&mut document);
+    // Quantities written as numbers are read as the API server reads them.
     let manifest: core::Pod =
-        serde_json::from_value(document).map_err(|e| invalid("", e.to_string()))?;
+        serde_json::from_value(document.clone()).map_err(|e| invalid("", e.to_string()))?;
     convert(manifest, source, uid)
-}
-
-/// Where a Pod holds quantities (`*`: every item or value).
-const QUANTITIES: &[&[&str]] = &[
-    &["spec", "containers", "*", "resources", "*", "*"],
-    &["spec", "initContainers", "*", "resources", "*", "*"],
-    &[
-        "spec",
-        "containers",
-        "*",
-        "env",
-        "*",
-        "valueFrom",
-        "resourceFieldRef",
-        "divisor",
-    ],
-    &[
-        "spec",
-        "initContainers",
-        "*",
-        "env",
-        "*",
-        "valueFrom",
-        "resourceFieldRef",
-        "divisor",
-    ],
-    &["spec", "volumes", "*", "emptyDir", "sizeLimit"],
-    &[
-        "spec",
-        "volumes",
-        "*",
-        "downwardAPI",
-        "items",
-        "*",
-        "resourceFieldRef",
-        "divisor",
-    ],
-    &[
-        "spec",
-        "volumes",
-        "*",
-        "projected",
-        "sources",
-        "*",
-        "downwardAPI",
-        "items",
-        "*",
-        "resourceFieldRef",
-        "divisor",
-    ],
-];
-
-/// A quantity written as a number (`cpu: 1` in YAML) is the API server's
-/// as much as `"1"` is; the typed Pod takes only strings.
-fn quantities_as_strings(document: &mut Value) {
-    fn visit(value: &mut Value, path: &[&str]) {
-        let Some((first, rest)) = path.split_first() else {
-            if let Value::Number(n) = value {
-                *value = Value::String(n.to_string());
-            }
-            return;
-        };
-        match (*first, value) {
-            ("*", Value::Array(items)) => items.iter_mut().for_each(|v| visit(v, rest)),
-            ("*", Value::Object(map)) => map.values_mut().for_each(|v| visit(v, rest)),
-            (key, Value::Object(map)) => {
-                if let Some(v) = map.get_mut(key) {
-                    visit(v, rest);
-                }
-            }
-            _ => {}
-        }
-    }
-    for path in QUANTITIES {
-        visit(document, path);
-    }
 }
 
 fn dns_label(field: &str, value: &str, max: usize) -> Result<(), PodError> {
