@@ -20,6 +20,13 @@ use crate::store::{EventType, Store, key};
 /// Query parameters, decoded.
 pub type Query = HashMap<String, String>;
 
+/// A boolean query parameter as the real server converts one: absent,
+/// `0` or `false` (any case) is false; anything else, `True` and the empty
+/// string included, is true.
+pub fn flag(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
 pub struct Api {
     pub store: RefCell<Store>,
     /// Published in every namespace as ConfigMap kube-root-ca.crt.
@@ -272,6 +279,15 @@ impl Api {
     ) -> ApiResult<Value> {
         if !object.is_object() {
             return Err(ApiError::bad_request("the body must be an object"));
+        }
+        // The real server decodes a body into the type its URL names,
+        // which fills what the body leaves out (the Python client sends
+        // no apiVersion or kind).
+        if object.get("apiVersion").is_none_or(Value::is_null) {
+            object["apiVersion"] = resource.api_version().into();
+        }
+        if object.get("kind").is_none_or(Value::is_null) {
+            object["kind"] = resource.kind.into();
         }
         match (
             object.get("apiVersion").and_then(Value::as_str),

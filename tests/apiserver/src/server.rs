@@ -599,7 +599,7 @@ impl Server {
         };
         match (method, name, subresource) {
             (&Method::GET, None, _) => {
-                if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+                if crate::api::flag(query.get("watch").map(String::as_str)) {
                     return self.watch(resource, namespace, query, table::wants_table(accept));
                 }
                 respond(StatusCode::OK, api.list(resource, namespace, query)?)
@@ -825,9 +825,7 @@ impl Server {
             .and_then(|t| t.parse::<u64>().ok())
             .map(Duration::from_secs)
             .unwrap_or(Duration::from_secs(1800));
-        let bookmarks = query
-            .get("allowWatchBookmarks")
-            .is_some_and(|b| b == "true");
+        let bookmarks = crate::api::flag(query.get("allowWatchBookmarks").map(String::as_str));
         let bookmark_interval = self.bookmark_interval;
         let server = self.clone();
         nanolet::rt::spawn(async move {
@@ -913,7 +911,7 @@ impl Server {
                 .find(|(k, _)| k == key)
                 .map(|(_, v)| v.as_str())
         };
-        let yes = |key: &str| get(key).is_some_and(|v| v == "true" || v == "1");
+        let yes = |key: &str| crate::api::flag(get(key));
         let mut params: Vec<String> = Vec::new();
         let path = if action == "portforward" {
             // Every `ports` parameter, each perhaps a list, as one `port`

@@ -1574,3 +1574,68 @@ fn events_k8s_io_events_read_back() {
     assert_eq!(list["kind"], "EventList");
     assert_eq!(list["items"][0]["metadata"]["name"], "web.1", "{list}");
 }
+
+/// Lenient where the real server is: the official Python client sends
+/// typed bodies without apiVersion or kind (the server fills them from
+/// the URL), and boolean parameters are true unless absent, `0` or
+/// `false` in any case (`watch=True` is a watch).
+#[test]
+fn bodies_without_kind_and_booleans_as_the_real_server_reads_them() {
+    let s = ApiServer::start();
+    let script = r#"
+import sys
+from kubernetes import client, config
+config.load_kube_config(sys.argv[1])
+pod = client.V1Pod(metadata=client.V1ObjectMeta(name="py"),
+                   spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox:1.36")]))
+assert pod.api_version is None and pod.kind is None
+created = client.CoreV1Api().create_namespaced_pod("default", pod)
+print(created.metadata.name)
+"#;
+    let output = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(s.kubeconfig())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "py");
+    let (code, pod) = s.call("GET", "/api/v1/namespaces/default/pods/py", None);
+    assert_eq!(code, 200);
+    assert_eq!(
+        (pod["apiVersion"].as_str(), pod["kind"].as_str()),
+        (Some("v1"), Some("Pod"))
+    );
+    // Present but wrong is still refused.
+    let (code, _) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some((
+            "application/json",
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}),
+        )),
+    );
+    assert_eq!(code, 400);
+
+    for (value, watches) in [
+        ("True", true),
+        ("", true),
+        ("yes", true),
+        ("1", true),
+        ("FALSE", false),
+        ("0", false),
+    ] {
+        let events = s.watch(&format!(
+            "/api/v1/namespaces/default/pods?watch={value}&timeoutSeconds=1"
+        ));
+        let first = &events[0];
+        if watches {
+            assert_eq!(first["type"], "ADDED", "watch={value}: {events:?}");
+        } else {
+            assert_eq!(first["kind"], "PodList", "watch={value}: {events:?}");
+        }
+    }
+}
