@@ -2751,6 +2751,41 @@ fn pods_with_affinity_tolerations_and_spread_run_as_upstream_admits_them() {
         phase_and_reason(&api, "claimed").unwrap(),
         ("Pending".into(), "ContainerCreating".into())
     );
+    // A DaemonSet as a CNI plugin's or node-exporter's: the stand-in
+    // controller makes its pod as the real one does, and it runs.
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: exporter}}\nspec:\n  selector: {{matchLabels: {{app: exporter}}}}\n  template:\n    metadata: {{labels: {{app: exporter}}}}\n    spec:\n      hostNetwork: true\n      hostPID: true\n      terminationGracePeriodSeconds: 1\n      automountServiceAccountToken: false\n      tolerations: [{{operator: Exists}}]\n      nodeSelector: {{kubernetes.io/os: linux}}\n      containers:\n      - {{name: main, image: {image}, command: [sleep, '3600']}}\n"
+        )),
+    );
+    let daemon = wait(&agent, "the DaemonSet's pod running", T, || {
+        let list = get(&api, &["get", "pods", "-l", "app=exporter"])?;
+        let pod = list["items"].as_array()?.first()?.clone();
+        (pod["status"]["phase"] == "Running").then_some(pod)
+    });
+    assert_eq!(daemon["spec"]["nodeName"], node);
+    assert_eq!(
+        daemon["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchFields"][0]["values"][0],
+        node
+    );
+    assert_eq!(
+        daemon["metadata"]["ownerReferences"][0]["kind"],
+        "DaemonSet"
+    );
+    wait(&agent, "the DaemonSet ready", T, || {
+        let row = api.kubectl_ok(&["get", "ds", "exporter", "--no-headers"], None);
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        (cells.get(1..6) == Some(&["1", "1", "1", "1", "1"][..])).then_some(())
+    });
+    api.kubectl_ok(&["delete", "ds", "exporter"], None);
+    wait(&agent, "the DaemonSet's pod gone", T, || {
+        agent
+            .record(daemon["metadata"]["name"].as_str()?)
+            .is_none()
+            .then_some(())
+    });
     // The numbers were read as quantities: requests below limits.
     let numbers = get(&api, &["get", "pod", "numbers"]).unwrap();
     assert_eq!(numbers["status"]["qosClass"], "Burstable", "{numbers}");

@@ -106,7 +106,8 @@ pub fn fits_node(pod: &core::Pod, node: &NodeView, check_taints: bool) -> Result
         ));
     }
     let tolerations = spec.tolerations.as_deref().unwrap_or_default();
-    if check_taints && scheduling::untolerated_no_execute(tolerations, &node.taints).is_some() {
+    if check_taints && scheduling::untolerated(tolerations, &node.taints, &["NoExecute"]).is_some()
+    {
         return Err(predicate(
             "TaintToleration",
             "node(s) had untolerated taint",

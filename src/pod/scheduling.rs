@@ -88,16 +88,18 @@ fn field_matches(requirement: &core::NodeSelectorRequirement, node: &NodeFields)
     }
 }
 
-/// The first of the node's `NoExecute` taints no toleration of the pod
-/// tolerates: the kubelet checks only those (the others keep pods from
-/// being scheduled, not from running).
-pub fn untolerated_no_execute<'a>(
+/// The first of the node's taints with one of `effects` that no toleration
+/// of the pod tolerates. The kubelet checks only `NoExecute` (the others
+/// keep pods from being scheduled, not from running); a scheduler also
+/// `NoSchedule`.
+pub fn untolerated<'a>(
     tolerations: &[core::Toleration],
     taints: &'a [core::Taint],
+    effects: &[&str],
 ) -> Option<&'a core::Taint> {
     taints
         .iter()
-        .filter(|t| t.effect == "NoExecute")
+        .filter(|t| effects.contains(&t.effect.as_str()))
         .find(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
 }
 
@@ -248,29 +250,29 @@ mod tests {
             {"key": "zone", "value": "a", "effect": "NoExecute"}
         ]))
         .unwrap();
-        let untolerated = |tolerations: serde_json::Value| {
+        let left = |tolerations: serde_json::Value| {
             let tolerations: Vec<core::Toleration> = serde_json::from_value(tolerations).unwrap();
-            untolerated_no_execute(&tolerations, &taints).map(|t| t.key.clone())
+            untolerated(&tolerations, &taints, &["NoExecute"]).map(|t| t.key.clone())
         };
         assert_eq!(
-            untolerated(json!([])).as_deref(),
+            left(json!([])).as_deref(),
             Some("node.kubernetes.io/unreachable")
         );
         // As DaemonSet pods carry it.
         let unreachable = json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"});
-        assert_eq!(untolerated(json!([unreachable])).as_deref(), Some("zone"));
+        assert_eq!(left(json!([unreachable])).as_deref(), Some("zone"));
         let zone = json!({"key": "zone", "operator": "Equal", "value": "a"});
-        assert_eq!(untolerated(json!([unreachable, zone])), None);
+        assert_eq!(left(json!([unreachable, zone])), None);
         let wrong_value = json!({"key": "zone", "value": "b"});
         assert_eq!(
-            untolerated(json!([unreachable, wrong_value])).as_deref(),
+            left(json!([unreachable, wrong_value])).as_deref(),
             Some("zone")
         );
         // Tolerates everything.
-        assert_eq!(untolerated(json!([{"operator": "Exists"}])), None);
+        assert_eq!(left(json!([{"operator": "Exists"}])), None);
         // An empty key needs Exists.
-        assert!(untolerated(json!([{"operator": "Equal"}])).is_some());
+        assert!(left(json!([{"operator": "Equal"}])).is_some());
         let no_schedule_only = json!({"operator": "Exists", "effect": "NoSchedule"});
-        assert!(untolerated(json!([no_schedule_only])).is_some());
+        assert!(left(json!([no_schedule_only])).is_some());
     }
 }

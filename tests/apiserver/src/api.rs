@@ -93,6 +93,7 @@ fn typed_check(resource: &Resource, object: &Value, strict: bool) -> ApiResult<(
         ("coordination.k8s.io", _) => roundtrip::<coord::Lease>(object),
         ("events.k8s.io", _) => roundtrip::<ev::Event>(object),
         ("certificates.k8s.io", _) => roundtrip::<cert::CertificateSigningRequest>(object),
+        ("apps", "DaemonSet") => roundtrip::<k8s_openapi::api::apps::v1::DaemonSet>(object),
         _ => return Ok(()),
     }
     .map_err(|e| ApiError::bad_request(format!("error decoding {}: {e}", resource.kind)))?;

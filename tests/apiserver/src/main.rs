@@ -6,6 +6,7 @@
 
 mod admin;
 mod api;
+mod controllers;
 mod defaults;
 mod openapi;
 mod patch;
@@ -139,6 +140,7 @@ fn main() -> anyhow::Result<()> {
             loop {
                 smol::Timer::after(Duration::from_secs(1)).await;
                 lifecycle.node_lifecycle();
+                lifecycle.run_controllers();
             }
         })
         .detach();

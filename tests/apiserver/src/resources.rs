@@ -28,6 +28,17 @@ const VERBS: [&str; 8] = [
 
 pub const RESOURCES: &[Resource] = &[
     Resource {
+        group: "apps",
+        version: "v1",
+        plural: "daemonsets",
+        singular: "daemonset",
+        kind: "DaemonSet",
+        namespaced: true,
+        short_names: &["ds"],
+        subresources: &["status"],
+        has_status: true,
+    },
+    Resource {
         group: "",
         version: "v1",
         plural: "namespaces",

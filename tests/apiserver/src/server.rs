@@ -656,8 +656,11 @@ impl Server {
                         api.update(resource, None, &name, Some("approval"), approved, query)?;
                     created = self.sign_if_approved(resource, &name, created)?;
                 }
-                if (resource.group, resource.plural) == ("", "pods") {
-                    self.schedule_pending();
+                if matches!(
+                    (resource.group, resource.plural),
+                    ("", "pods") | ("apps", "daemonsets")
+                ) {
+                    self.run_controllers();
                 }
                 respond(StatusCode::CREATED, created)
             }
@@ -1097,9 +1100,16 @@ impl Server {
         Ok(())
     }
 
+    /// The controllers' pass: DaemonSets' pods made or removed, then
+    /// pending pods scheduled.
+    pub fn run_controllers(&self) {
+        crate::controllers::daemonsets(&self.api);
+        self.schedule_pending();
+    }
+
     /// The scheduler stand-in: binds unscheduled pods to the Ready node
-    /// their nodeSelector allows, when there is exactly one candidate or
-    /// the first by name among several.
+    /// their node selector, required node affinity and taints allow, when
+    /// there is exactly one candidate or the first by name among several.
     pub fn schedule_pending(&self) {
         let pods = self.api.store.borrow().list("/pods", None);
         let nodes = self.api.store.borrow().list("/nodes", None);
@@ -1124,14 +1134,9 @@ impl Server {
             {
                 continue;
             }
-            let selector = pod.pointer("/spec/nodeSelector").and_then(Value::as_object);
-            let candidate = ready.iter().find(|n| {
-                selector.is_none_or(|s| {
-                    s.iter().all(|(k, v)| {
-                        n.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v)
-                    })
-                })
-            });
+            let candidate = ready
+                .iter()
+                .find(|n| crate::controllers::schedulable(&pod["spec"], n));
             if let Some(node) = candidate {
                 let ns = pod
                     .pointer("/metadata/namespace")

@@ -100,6 +100,16 @@ fn columns(resource: &Resource) -> Vec<Value> {
             column("Requestor", "string", 0),
             column("Condition", "string", 0),
         ],
+        ("apps", "daemonsets") => vec![
+            column("Name", "string", 0),
+            column("Desired", "integer", 0),
+            column("Current", "integer", 0),
+            column("Ready", "integer", 0),
+            column("Up-to-date", "integer", 0),
+            column("Available", "integer", 0),
+            column("Node Selector", "string", 0),
+            column("Age", "string", 0),
+        ],
         _ => vec![column("Name", "string", 0), column("Age", "string", 0)],
     }
 }
@@ -213,6 +223,30 @@ fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
             vec![
                 name.into(),
                 text(o, "/spec/holderIdentity").into(),
+                age(o).into(),
+            ]
+        }
+        ("apps", "daemonsets") => {
+            let count = |field: &str| o["status"][field].as_i64().unwrap_or(0);
+            let selector = o
+                .pointer("/spec/template/spec/nodeSelector")
+                .and_then(Value::as_object)
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    s.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_else(|| "<none>".into());
+            vec![
+                name.into(),
+                count("desiredNumberScheduled").into(),
+                count("currentNumberScheduled").into(),
+                count("numberReady").into(),
+                count("updatedNumberScheduled").into(),
+                count("numberAvailable").into(),
+                selector.into(),
                 age(o).into(),
             ]
         }
