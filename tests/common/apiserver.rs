@@ -85,6 +85,8 @@ pub struct ApiServer {
     pub admin: String,
     pub token: String,
     child: Child,
+    /// Set by a test that makes a node ask for what it may not.
+    node_refusals_expected: std::cell::Cell<bool>,
     /// Dropped after the server is stopped.
     _scratch: Scratch,
 }
@@ -137,6 +139,7 @@ impl ApiServer {
             admin: String::new(),
             token: String::new(),
             child,
+            node_refusals_expected: std::cell::Cell::new(false),
             _scratch: scratch,
         };
         assert_eq!(first_line(&mut server.child), "ready");
@@ -256,9 +259,44 @@ impl ApiServer {
     }
 }
 
+impl ApiServer {
+    /// Requests of nodes the Node authorizer or NodeRestriction refused.
+    pub fn node_refusals(&self) -> Vec<Value> {
+        let all: Value = serde_json::from_str(&self.admin("GET", "/requests")).unwrap_or_default();
+        all.as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| {
+                r["status"] == 403
+                    && r["user"]
+                        .as_str()
+                        .is_some_and(|u| u.starts_with("system:node:"))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// This test makes a node ask for what it may not: the check at the
+    /// end is off.
+    pub fn expect_node_refusals(&self) {
+        self.node_refusals_expected.set(true);
+    }
+}
+
 impl Drop for ApiServer {
+    /// Every test that runs an agent against this server also proves that
+    /// the agent asked for nothing the real server would refuse a node.
     fn drop(&mut self) {
+        let refused = if std::thread::panicking() || self.node_refusals_expected.get() {
+            Vec::new()
+        } else {
+            self.node_refusals()
+        };
         let _ = self.child.kill();
         let _ = self.child.wait();
+        assert!(
+            refused.is_empty(),
+            "requests of a node the real server refuses: {refused:#?}"
+        );
     }
 }

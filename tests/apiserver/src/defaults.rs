@@ -71,7 +71,20 @@ pub fn pod(pod: &mut Value, token_volume: &str) {
         }
     }
     // ServiceAccount admission: the default account and its projected
-    // token, unless the pod opts out.
+    // token, unless the pod opts out. Mirror pods are left alone: they may
+    // reference no account (NodeRestriction refuses those that do).
+    let mirror = pod
+        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+        .is_some();
+    let Some(spec) = pod.get_mut("spec") else {
+        return;
+    };
+    if mirror {
+        let mut status = json!({"phase": "Pending"});
+        status["qosClass"] = json!(qos_class(spec));
+        pod["status"] = status;
+        return;
+    }
     set_default(spec, "serviceAccountName", json!("default"));
     let account = spec["serviceAccountName"].clone();
     set_default(spec, "serviceAccount", account);

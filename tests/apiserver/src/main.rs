@@ -6,6 +6,7 @@
 
 mod admin;
 mod api;
+mod authz;
 mod controllers;
 mod defaults;
 mod openapi;

@@ -557,6 +557,38 @@ impl Server {
             return Err(not_found_path());
         }
         let api = &self.api;
+        if let Some(node) = crate::authz::node_of(user) {
+            let verb = match (method, name) {
+                (&Method::GET, Some(_)) => "get",
+                (&Method::GET, None)
+                    if crate::api::flag(query.get("watch").map(String::as_str)) =>
+                {
+                    "watch"
+                }
+                (&Method::GET, None) => "list",
+                (&Method::POST, _) => "create",
+                (&Method::PUT, _) => "update",
+                (&Method::PATCH, _) => "patch",
+                (&Method::DELETE, Some(_)) => "delete",
+                (&Method::DELETE, None) => "deletecollection",
+                _ => "unknown",
+            };
+            let selected_name = query
+                .get("fieldSelector")
+                .and_then(|s| s.strip_prefix("metadata.name="))
+                .filter(|n| !n.contains(','));
+            let attributes = crate::authz::Attributes {
+                verb,
+                group,
+                plural: resource.plural,
+                subresource,
+                namespace,
+                name,
+                selected_name,
+            };
+            let sent: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            crate::authz::authorize(api, node, &attributes, &sent)?;
+        }
         let parse_body = || -> ApiResult<Value> {
             if body.is_empty() {
                 return Ok(json!({}));

@@ -1639,3 +1639,154 @@ print(created.metadata.name)
         }
     }
 }
+
+/// The Node authorizer and NodeRestriction, as the real server applies
+/// them to a kubelet: it reads only what pods bound to it reference,
+/// writes only its own Node, Lease and pods' status, and creates only
+/// mirror pods of its own that reference nothing secret.
+#[test]
+fn a_node_reaches_only_what_its_own_pods_reference() {
+    let s = ApiServer::start();
+    s.expect_node_refusals();
+    for node in ["edge-a", "edge-b"] {
+        assert_eq!(
+            s.call(
+                "POST",
+                "/api/v1/nodes",
+                Some(("application/json", &ready_node(node)))
+            )
+            .0,
+            201
+        );
+    }
+    let objects = |node: &str, secret: &str| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}}}\nstringData: {{k: v}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: on-{node}}}\nspec:\n  nodeName: {node}\n  containers:\n  - {{name: c, image: busybox:1.36, envFrom: [{{secretRef: {{name: {secret}}}}}]}}\n"
+        )
+    };
+    s.kubectl_ok(&["apply", "-f", "-"], Some(&objects("edge-a", "a-secret")));
+    s.kubectl_ok(&["apply", "-f", "-"], Some(&objects("edge-b", "b-secret")));
+    let config = Command::new(env!("CARGO_BIN_EXE_test-apiserver"))
+        .args(["node-kubeconfig", "edge-a", "--dir"])
+        .arg(&s.dir)
+        .output()
+        .unwrap();
+    let file = s.dir.join("edge-a.kubeconfig");
+    std::fs::write(&file, &config.stdout).unwrap();
+    let as_node = |args: &[&str], stdin: Option<&str>| s.kubectl_with(&file, args, stdin);
+
+    assert!(as_node(&["get", "secret", "a-secret"], None).0);
+    // As the kubelet watches one object: a list selecting it by name.
+    assert!(
+        as_node(
+            &[
+                "get",
+                "secrets",
+                "--field-selector",
+                "metadata.name=a-secret"
+            ],
+            None
+        )
+        .0
+    );
+    let (ok, _, err) = as_node(&["get", "secret", "b-secret"], None);
+    assert!(!ok);
+    assert!(
+        err.contains("forbidden")
+            && err.contains("no relationship found between node 'edge-a' and this object"),
+        "{err}"
+    );
+    assert!(!as_node(&["get", "secrets"], None).0);
+    assert!(as_node(&["get", "pods", "-A"], None).0);
+    assert!(as_node(&["get", "nodes"], None).0);
+    // Its own Node's status, not another's.
+    let status = r#"{"status":{"conditions":[{"type":"Ready","status":"False","reason":"x","lastHeartbeatTime":null,"lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#;
+    assert!(
+        as_node(
+            &[
+                "patch",
+                "node",
+                "edge-a",
+                "--subresource",
+                "status",
+                "-p",
+                status
+            ],
+            None
+        )
+        .0
+    );
+    let (ok, _, err) = as_node(
+        &[
+            "patch",
+            "node",
+            "edge-b",
+            "--subresource",
+            "status",
+            "-p",
+            status,
+        ],
+        None,
+    );
+    assert!(!ok && err.contains("forbidden"), "{err}");
+    // Pods: mirror pods of its own only; the status of its pods only.
+    let mirror = |node: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static-{node}\n  annotations: {{kubernetes.io/config.mirror: abc}}\nspec:\n  nodeName: {node}\n  containers:\n  - {{name: c, image: busybox:1.36{extra}}}\n"
+        )
+    };
+    assert!(as_node(&["create", "-f", "-"], Some(&mirror("edge-a", ""))).0);
+    let (ok, _, err) = as_node(&["create", "-f", "-"], Some(&mirror("edge-b", "")));
+    assert!(!ok && err.contains("spec.nodeName set to itself"), "{err}");
+    let secretive = mirror("edge-a", ", envFrom: [{secretRef: {name: a-secret}}]")
+        .replace("static-edge-a", "static-secretive");
+    let (ok, _, err) = as_node(&["create", "-f", "-"], Some(&secretive));
+    assert!(
+        !ok && err.contains("can not create pods that reference secrets"),
+        "{err}"
+    );
+    let plain = "apiVersion: v1\nkind: Pod\nmetadata: {name: plain}\nspec:\n  nodeName: edge-a\n  containers: [{name: c, image: busybox:1.36}]\n";
+    let (ok, _, err) = as_node(&["create", "-f", "-"], Some(plain));
+    assert!(!ok && err.contains("can only create mirror pods"), "{err}");
+    let phase = r#"{"status":{"phase":"Running"}}"#;
+    assert!(
+        as_node(
+            &[
+                "patch",
+                "pod",
+                "on-edge-a",
+                "--subresource",
+                "status",
+                "-p",
+                phase
+            ],
+            None
+        )
+        .0
+    );
+    assert!(
+        !as_node(
+            &[
+                "patch",
+                "pod",
+                "on-edge-b",
+                "--subresource",
+                "status",
+                "-p",
+                phase
+            ],
+            None
+        )
+        .0
+    );
+    assert!(!as_node(&["delete", "pod", "on-edge-b", "--wait=false"], None).0);
+    // Leases: its own only.
+    let lease = |node: &str| {
+        format!(
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: {node}, namespace: kube-node-lease}}\nspec: {{holderIdentity: {node}}}\n"
+        )
+    };
+    assert!(as_node(&["create", "-f", "-"], Some(&lease("edge-a"))).0);
+    assert!(!as_node(&["create", "-f", "-"], Some(&lease("edge-b"))).0);
+    assert!(!s.node_refusals().is_empty());
+}
