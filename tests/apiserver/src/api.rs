@@ -20,6 +20,19 @@ use crate::store::{EventType, Store, key};
 /// Query parameters, decoded.
 pub type Query = HashMap<String, String>;
 
+/// Who writes, for managedFields.
+struct Write<'a> {
+    manager: String,
+    subresource: Option<&'a str>,
+}
+
+fn manager(query: &Query) -> String {
+    query
+        .get("fieldManager")
+        .cloned()
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// A boolean query parameter as the real server converts one: absent,
 /// `0` or `false` (any case) is false; anything else, `True` and the empty
 /// string included, is true.
@@ -375,6 +388,10 @@ impl Api {
         if query.get("dryRun").is_some_and(|d| d == "All") {
             return Ok(object);
         }
+        if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        crate::managed::record(None, &mut object, &manager(query), None, &now());
         let stored = self.store.borrow_mut().put(k, object, EventType::Added);
         if (resource.group, resource.plural) == ("", "namespaces") {
             self.populate_namespace(&name);
@@ -441,7 +458,11 @@ impl Api {
             query.get("fieldValidation").map(String::as_str) == Some("Strict"),
         )?;
         let updated = merge_for_subresource(resource, &current, object, subresource)?;
-        Ok(self.commit(resource, namespace, name, current, updated))
+        let write = Write {
+            manager: manager(query),
+            subresource,
+        };
+        Ok(self.commit(resource, namespace, name, current, updated, write))
     }
 
     /// PATCH in the three content types; preconditions in the patch's
@@ -490,7 +511,11 @@ impl Api {
             query.get("fieldValidation").map(String::as_str) == Some("Strict"),
         )?;
         let updated = merge_for_subresource(resource, &current, patched, subresource)?;
-        Ok(self.commit(resource, namespace, name, current, updated))
+        let write = Write {
+            manager: manager(query),
+            subresource,
+        };
+        Ok(self.commit(resource, namespace, name, current, updated, write))
     }
 
     /// Stores an update; removes the object when a pending deletion's last
@@ -502,6 +527,7 @@ impl Api {
         name: &str,
         current: Value,
         mut updated: Value,
+        write: Write,
     ) -> Value {
         // Identity and bookkeeping fields are the server's.
         for field in [
@@ -524,10 +550,26 @@ impl Api {
         if (resource.group, resource.plural) == ("", "secrets") {
             defaults::secret(&mut updated);
         }
+        // managedFields are the server's to keep.
+        match current.pointer("/metadata/managedFields") {
+            Some(m) => updated["metadata"]["managedFields"] = m.clone(),
+            None => {
+                if let Some(m) = updated.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("managedFields");
+                }
+            }
+        }
         if updated == current {
             // A no-op write does not bump the resourceVersion.
             return current;
         }
+        crate::managed::record(
+            Some(&current),
+            &mut updated,
+            &write.manager,
+            write.subresource,
+            &now(),
+        );
         let k = Self::store_key(resource, namespace, name);
         let finalizers_empty = updated
             .pointer("/metadata/finalizers")

@@ -9,6 +9,7 @@ mod api;
 mod authz;
 mod controllers;
 mod defaults;
+mod managed;
 mod openapi;
 mod patch;
 mod pki;

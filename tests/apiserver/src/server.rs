@@ -364,6 +364,12 @@ impl Server {
             };
             (response, 0)
         } else {
+            let user_agent = req
+                .headers()
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
             let accept = req
                 .headers()
                 .get(http::header::ACCEPT)
@@ -385,7 +391,12 @@ impl Server {
                 Err(_) => Bytes::new(),
             };
             let n = body.len();
-            let query = parse_query(Some(&raw_query));
+            let mut query = parse_query(Some(&raw_query));
+            if matches!(method, Method::POST | Method::PUT | Method::PATCH) {
+                query
+                    .entry("fieldManager".into())
+                    .or_insert_with(|| crate::managed::manager_from_user_agent(&user_agent));
+            }
             let requester = user.clone().unwrap_or(User {
                 name: "system:anonymous".into(),
                 groups: vec!["system:unauthenticated".into()],
