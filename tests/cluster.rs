@@ -586,6 +586,56 @@ spec:
     let p = get(&api, &["get", "pod", "missing"]).unwrap();
     let message = p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].clone();
     assert_eq!(message, "configmap \"nope\" not found");
+
+    // Services' variables, as in-cluster clients read them: the master
+    // service's for every pod, the namespace's with enableServiceLinks.
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: Service\nmetadata: {name: web-cache}\nspec:\n  selector: {app: cache}\n  ports: [{port: 80}, {name: dns, port: 53, protocol: UDP}]\n"),
+    );
+    let cache_ip = get(&api, &["get", "service", "web-cache"]).unwrap()["spec"]["clusterIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let env_pod = |name: &str, links: bool| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  enableServiceLinks: {links}\n  automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {image}\n    command: [sh, -c, 'env | grep -E \"^(KUBERNETES|WEB_CACHE)_\" | sort; sleep 3600']\n    env: [{{name: WEB_CACHE_SERVICE_PORT, value: mine}}]\n"
+        )
+    };
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---\n{}",
+            env_pod("links", true),
+            env_pod("nolinks", false)
+        )),
+    );
+    let logs = |pod: &str| {
+        wait(&agent, &format!("{pod}'s variables"), T, || {
+            let (ok, out, _) = api.kubectl(&["logs", pod], None);
+            (ok && out.contains("KUBERNETES_SERVICE_HOST")).then_some(out)
+        })
+    };
+    let links = logs("links");
+    for line in [
+        "KUBERNETES_SERVICE_HOST=10.96.0.1".to_owned(),
+        "KUBERNETES_SERVICE_PORT=443".to_owned(),
+        "KUBERNETES_SERVICE_PORT_HTTPS=443".to_owned(),
+        "KUBERNETES_PORT=tcp://10.96.0.1:443".to_owned(),
+        format!("WEB_CACHE_SERVICE_HOST={cache_ip}"),
+        format!("WEB_CACHE_PORT_53_UDP=udp://{cache_ip}:53"),
+        "WEB_CACHE_SERVICE_PORT_DNS=53".to_owned(),
+        // The container's own value wins.
+        "WEB_CACHE_SERVICE_PORT=mine".to_owned(),
+    ] {
+        assert!(links.lines().any(|l| l == line), "{line} in\n{links}");
+    }
+    let nolinks = logs("nolinks");
+    assert!(
+        nolinks.contains("KUBERNETES_SERVICE_HOST=10.96.0.1"),
+        "{nolinks}"
+    );
+    assert!(!nolinks.contains("WEB_CACHE_SERVICE_HOST"), "{nolinks}");
 }
 
 fn restarts(api: &ApiServer, pod: &str) -> i64 {

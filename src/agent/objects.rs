@@ -15,7 +15,7 @@ use smol::channel::Sender;
 use crate::kube::watch::Reflector;
 use crate::kube::{Api, KubeError};
 use crate::pod::Pod;
-use crate::pod::objects::{ObjectData, ServiceAccountToken, TokenRequestSpec};
+use crate::pod::objects::{ObjectData, ServiceAccountToken, ServiceLink, TokenRequestSpec};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -121,6 +121,50 @@ impl ObjectSource {
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The Services whose variables a container of a pod in `namespace`
+    /// gets: `kubernetes` in `default`, and with `all_in_namespace` every
+    /// Service of the namespace, as upstream's kubelet picks them. Read
+    /// when a container starts, not watched: upstream watches every Service
+    /// of the cluster, which a board's uplink should not carry, and a
+    /// container's variables are fixed when it starts. Not cached either:
+    /// a Service applied together with its clients must be seen.
+    pub async fn service_links(
+        &self,
+        namespace: &str,
+        all_in_namespace: bool,
+    ) -> Result<Vec<ServiceLink>, KubeError> {
+        let mut links: Vec<ServiceLink> = Vec::new();
+        if all_in_namespace {
+            let list: Value = self
+                .api
+                .get(&format!("/api/v1/namespaces/{namespace}/services"))
+                .await?;
+            links.extend(
+                list["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(ServiceLink::from_service),
+            );
+        }
+        if namespace != "default" || !all_in_namespace {
+            match self
+                .api
+                .get::<Value>("/api/v1/namespaces/default/services/kubernetes")
+                .await
+            {
+                Ok(master) => links.extend(ServiceLink::from_service(&master)),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // Upstream: the namespace's own service wins over the master of
+        // the same name.
+        let mut seen = HashSet::new();
+        links.retain(|l| seen.insert(l.name.clone()));
+        Ok(links)
     }
 
     /// Pod `user` no longer needs its objects: watches nobody uses stop.

@@ -737,6 +737,37 @@ impl Worker {
         Ok(())
     }
 
+    /// The Services whose variables a starting container gets. Without the
+    /// API server the last ones read stay (they are checkpointed with the
+    /// pod's objects); a pod that never read them starts without them,
+    /// where upstream's kubelet would wait: a board must start its static
+    /// pods offline.
+    async fn refresh_service_links(&mut self) {
+        let Some(source) = &self.ctx.objects else {
+            return;
+        };
+        match source
+            .service_links(&self.pod.namespace, self.pod.enable_service_links)
+            .await
+        {
+            Ok(links) if self.objects.services.as_ref() != Some(&links) => {
+                self.objects.services = Some(links);
+                let (dir, saved) = (self.dir.clone(), self.objects.clone());
+                if let Err(e) =
+                    crate::helpers::unblock(move || checkpoint::write_objects(&dir, &saved)).await
+                {
+                    log::error!("pod {}: {e}", self.pod.full_name());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if !e.is_unavailable() {
+                    log::warn!("pod {}: services: {e}", self.pod.full_name());
+                }
+            }
+        }
+    }
+
     /// Writes the volumes nanolet fills itself, off the loop.
     async fn prepare_volumes(&mut self) -> Result<(), String> {
         for volume in &self.pod.volumes {
@@ -1685,6 +1716,7 @@ impl Worker {
             }
         };
 
+        self.refresh_service_links().await;
         let env = match env::resolve(&self.pod, &spec_container, &self.objects, &self.downward()) {
             Ok(env) => env,
             Err(e) => {

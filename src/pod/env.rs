@@ -2,7 +2,7 @@
 //! `env`, each value with `$(VAR)` references to earlier variables expanded;
 //! values from ConfigMaps, Secrets, the downward API and resource fields.
 
-use super::objects::{ObjectData, PodObjects};
+use super::objects::{ObjectData, PodObjects, ServiceLink, ServiceLinkPort};
 use super::{Container, EnvValue, Pod, ResourceRef};
 use crate::quantity;
 
@@ -179,7 +179,9 @@ pub fn resolve(
     objects: &PodObjects,
     downward: &Downward,
 ) -> Result<Vec<(String, String)>, EnvError> {
-    let mut env: Vec<(String, String)> = Vec::new();
+    // The services' variables first: the container's own override them.
+    let mut env: Vec<(String, String)> =
+        service_variables(objects.services.as_deref().unwrap_or_default());
     let set = |env: &mut Vec<(String, String)>, k: String, v: String| {
         env.retain(|(key, _)| *key != k);
         env.push((k, v));
@@ -252,6 +254,39 @@ pub fn resolve(
         }
     }
     Ok(env)
+}
+
+/// The variables upstream gives a container for each Service (its
+/// `envvars.FromServices`): `{NAME}_SERVICE_HOST` and `_SERVICE_PORT`, a
+/// `_SERVICE_PORT_{PORT}` per named port, and Docker's link variables.
+pub fn service_variables(services: &[ServiceLink]) -> Vec<(String, String)> {
+    let upper = |name: &str| name.to_uppercase().replace('-', "_");
+    let mut env = Vec::new();
+    for service in services {
+        let name = upper(&service.name);
+        let ip = &service.cluster_ip;
+        env.push((format!("{name}_SERVICE_HOST"), ip.clone()));
+        let Some(first) = service.ports.first() else {
+            continue;
+        };
+        env.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
+        for port in service.ports.iter().filter(|p| !p.name.is_empty()) {
+            env.push((
+                format!("{name}_SERVICE_PORT_{}", upper(&port.name)),
+                port.port.to_string(),
+            ));
+        }
+        let url = |p: &ServiceLinkPort| format!("{}://{ip}:{}", p.protocol.to_lowercase(), p.port);
+        env.push((format!("{name}_PORT"), url(first)));
+        for port in &service.ports {
+            let prefix = format!("{name}_PORT_{}_{}", port.port, port.protocol.to_uppercase());
+            env.push((prefix.clone(), url(port)));
+            env.push((format!("{prefix}_PROTO"), port.protocol.to_lowercase()));
+            env.push((format!("{prefix}_PORT"), port.port.to_string()));
+            env.push((format!("{prefix}_ADDR"), ip.clone()));
+        }
+    }
+    env
 }
 
 #[cfg(test)]
@@ -337,5 +372,43 @@ mod tests {
                 .to_string(),
             "couldn't find key pw in Secret ns/s"
         );
+    }
+
+    /// What a pod next to `kubernetes` and a two-port `web-cache` gets.
+    #[test]
+    fn service_variables_as_upstream() {
+        let port = |name: &str, port: i32, protocol: &str| ServiceLinkPort {
+            name: name.into(),
+            port,
+            protocol: protocol.into(),
+        };
+        let services = [
+            ServiceLink {
+                name: "kubernetes".into(),
+                cluster_ip: "10.96.0.1".into(),
+                ports: vec![port("https", 443, "TCP")],
+            },
+            ServiceLink {
+                name: "web-cache".into(),
+                cluster_ip: "10.96.0.20".into(),
+                ports: vec![port("", 80, "TCP"), port("dns", 53, "UDP")],
+            },
+        ];
+        let env = service_variables(&services);
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("KUBERNETES_SERVICE_HOST"), Some("10.96.0.1"));
+        assert_eq!(get("KUBERNETES_SERVICE_PORT"), Some("443"));
+        assert_eq!(get("KUBERNETES_SERVICE_PORT_HTTPS"), Some("443"));
+        assert_eq!(get("KUBERNETES_PORT"), Some("tcp://10.96.0.1:443"));
+        assert_eq!(get("KUBERNETES_PORT_443_TCP_ADDR"), Some("10.96.0.1"));
+        assert_eq!(get("WEB_CACHE_SERVICE_PORT"), Some("80"));
+        assert_eq!(get("WEB_CACHE_SERVICE_PORT_DNS"), Some("53"));
+        assert_eq!(get("WEB_CACHE_PORT_53_UDP"), Some("udp://10.96.0.20:53"));
+        assert_eq!(get("WEB_CACHE_PORT_53_UDP_PROTO"), Some("udp"));
+        assert_eq!(env.len(), 8 + 12);
     }
 }

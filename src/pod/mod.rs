@@ -91,6 +91,9 @@ pub struct Pod {
     pub host_pid: bool,
     /// `shareProcessNamespace`: one PID namespace for all containers.
     pub share_process_namespace: bool,
+    /// `enableServiceLinks` (default true): the variables of every Service
+    /// of the namespace, besides the `kubernetes` one every pod gets.
+    pub enable_service_links: bool,
     pub host_ipc: bool,
     /// `hostUsers`: false gives the pod a user namespace of its own.
     pub host_users: bool,

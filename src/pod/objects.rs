@@ -90,6 +90,53 @@ impl ServiceAccountToken {
     }
 }
 
+/// A Service whose variables containers get (`{NAME}_SERVICE_HOST`...).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceLink {
+    pub name: String,
+    pub cluster_ip: String,
+    pub ports: Vec<ServiceLinkPort>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceLinkPort {
+    #[serde(default)]
+    pub name: String,
+    pub port: i32,
+    pub protocol: String,
+}
+
+impl ServiceLink {
+    /// A Service as the API returns it; None without a cluster IP
+    /// (headless or ExternalName), which gets no variables upstream.
+    pub fn from_service(service: &serde_json::Value) -> Option<ServiceLink> {
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        let cluster_ip = text(&service["spec"]["clusterIP"]);
+        if cluster_ip.is_empty() || cluster_ip == "None" {
+            return None;
+        }
+        let ports = service["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                Some(ServiceLinkPort {
+                    name: text(&p["name"]),
+                    port: i32::try_from(p["port"].as_i64()?).ok()?,
+                    protocol: p["protocol"].as_str().unwrap_or("TCP").to_owned(),
+                })
+            })
+            .collect();
+        Some(ServiceLink {
+            name: text(&service["metadata"]["name"]),
+            cluster_ip,
+            ports,
+        })
+    }
+}
+
 /// Everything a pod reads from the API server, by name in its namespace.
 /// `None` records an object that does not exist (fine if optional).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +146,10 @@ pub struct PodObjects {
     pub secrets: BTreeMap<String, Option<ObjectData>>,
     /// By [`token_key`].
     pub tokens: BTreeMap<String, ServiceAccountToken>,
+    /// The Services whose variables the pod's containers get, as last read
+    /// (`None`: never read).
+    #[serde(default)]
+    pub services: Option<Vec<ServiceLink>>,
 }
 
 /// A service account token source of a pod: the token's audience and

@@ -103,6 +103,7 @@ fn typed_check(resource: &Resource, object: &Value, strict: bool) -> ApiResult<(
         ("", "ConfigMap") => roundtrip::<core::ConfigMap>(object),
         ("", "Secret") => roundtrip::<core::Secret>(object),
         ("", "ServiceAccount") => roundtrip::<core::ServiceAccount>(object),
+        ("", "Service") => roundtrip::<core::Service>(object),
         ("coordination.k8s.io", _) => roundtrip::<coord::Lease>(object),
         ("events.k8s.io", _) => roundtrip::<ev::Event>(object),
         ("certificates.k8s.io", _) => roundtrip::<cert::CertificateSigningRequest>(object),
@@ -179,6 +180,14 @@ impl Api {
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
             let _ = api.create(namespaces(), None, object, &Query::new());
+        }
+        // The master service, as the real server keeps it.
+        if let Some(services) = Resource::find("", "v1", "services") {
+            let kubernetes = json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                "spec": {"clusterIP": defaults::MASTER_SERVICE_IP,
+                         "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}});
+            let _ = api.create(services, Some("default"), kubernetes, &Query::new());
         }
         api
     }
@@ -384,6 +393,21 @@ impl Api {
         }
         if (resource.group, resource.plural) == ("", "secrets") {
             defaults::secret(&mut object);
+        }
+        if (resource.group, resource.plural) == ("", "services") {
+            let taken: Vec<String> = self
+                .store
+                .borrow()
+                .list(&resource.id(), None)
+                .iter()
+                .filter_map(|s| {
+                    s.pointer("/spec/clusterIP")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .collect();
+            defaults::service(&mut object, &taken)
+                .map_err(|m| ApiError::invalid(resource.kind, &name, "spec.clusterIP", &m))?;
         }
         if query.get("dryRun").is_some_and(|d| d == "All") {
             return Ok(object);

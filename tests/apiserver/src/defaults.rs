@@ -96,6 +96,47 @@ pub fn pod(pod: &mut Value, token_volume: &str) {
     pod["status"] = status;
 }
 
+/// The `kubernetes` service's address: the first of the service range.
+pub const MASTER_SERVICE_IP: &str = "10.96.0.1";
+
+/// A Service as the real server completes it: a cluster IP from
+/// 10.96.0.0/16 (unless headless or given), ports' protocol and target
+/// port, and the type's and IP family's defaults.
+pub fn service(service: &mut Value, taken: &[String]) -> Result<(), String> {
+    let Some(spec) = service.get_mut("spec") else {
+        return Err("spec is required".into());
+    };
+    set_default(spec, "type", json!("ClusterIP"));
+    set_default(spec, "sessionAffinity", json!("None"));
+    set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+    let given = spec.get("clusterIP").and_then(Value::as_str).unwrap_or("");
+    let ip = match given {
+        "" => (2..=u16::MAX)
+            .map(|n| format!("10.96.{}.{}", n >> 8, n & 0xff))
+            .find(|ip| !taken.contains(ip) && !ip.ends_with(".0") && !ip.ends_with(".255"))
+            .ok_or("the service range is full")?,
+        ip if taken.iter().any(|t| t == ip) && ip != "None" => {
+            return Err(format!("provided IP is already allocated: {ip}"));
+        }
+        ip => ip.to_owned(),
+    };
+    spec["clusterIP"] = json!(ip);
+    spec["clusterIPs"] = json!([ip]);
+    if ip != "None" {
+        set_default(spec, "ipFamilies", json!(["IPv4"]));
+        set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports {
+            set_default(port, "protocol", json!("TCP"));
+            let number = port.get("port").cloned().unwrap_or(Value::Null);
+            set_default(port, "targetPort", number);
+        }
+    }
+    service["status"] = json!({"loadBalancer": {}});
+    Ok(())
+}
+
 /// Secrets as the real server stores them: `stringData` is write-only,
 /// merged into `data` (base64, taking precedence), and `type` defaults to
 /// Opaque.

@@ -116,6 +116,17 @@ pub const RESOURCES: &[Resource] = &[
         has_status: false,
     },
     Resource {
+        group: "",
+        version: "v1",
+        plural: "services",
+        singular: "service",
+        kind: "Service",
+        namespaced: true,
+        short_names: &["svc"],
+        subresources: &["status"],
+        has_status: true,
+    },
+    Resource {
         group: "coordination.k8s.io",
         version: "v1",
         plural: "leases",

@@ -100,6 +100,15 @@ fn columns(resource: &Resource) -> Vec<Value> {
             column("Requestor", "string", 0),
             column("Condition", "string", 0),
         ],
+        ("", "services") => vec![
+            column("Name", "string", 0),
+            column("Type", "string", 0),
+            column("Cluster-IP", "string", 0),
+            column("External-IP", "string", 0),
+            column("Port(s)", "string", 0),
+            column("Age", "string", 0),
+            column("Selector", "string", 1),
+        ],
         ("apps", "daemonsets") => vec![
             column("Name", "string", 0),
             column("Desired", "integer", 0),
@@ -224,6 +233,41 @@ fn cells(resource: &Resource, o: &Value) -> Vec<Value> {
                 name.into(),
                 text(o, "/spec/holderIdentity").into(),
                 age(o).into(),
+            ]
+        }
+        ("", "services") => {
+            let ports: Vec<String> = o
+                .pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    format!(
+                        "{}/{}",
+                        p["port"].as_i64().unwrap_or(0),
+                        p["protocol"].as_str().unwrap_or("TCP")
+                    )
+                })
+                .collect();
+            let selector = o
+                .pointer("/spec/selector")
+                .and_then(Value::as_object)
+                .map(|s| {
+                    s.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "<none>".into());
+            vec![
+                name.into(),
+                text(o, "/spec/type").into(),
+                text(o, "/spec/clusterIP").into(),
+                "<none>".into(),
+                or_none(ports.join(",")).into(),
+                age(o).into(),
+                selector.into(),
             ]
         }
         ("apps", "daemonsets") => {
