@@ -171,6 +171,48 @@ fn restarts(agent: &Agent, pod: &str, container: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// activeDeadlineSeconds: the kubelet ends the pod that long after its
+/// start, giving its containers their grace period, and it stays ended
+/// across an agent restart.
+#[test]
+fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let mut agent = Agent::start(&registry);
+    agent.write_manifest(
+        "deadline.yaml",
+        &pod_yaml(
+            "deadline",
+            "  activeDeadlineSeconds: 3\n  terminationGracePeriodSeconds: 1\n",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    agent.wait_running("deadline");
+    let ended = agent.wait_for("the deadline and the container's end", T, |a| {
+        let r = a.record("deadline")?;
+        let terminated = r["status"]["containerStatuses"][0]["state"]["terminated"].is_object();
+        (r["status"]["phase"] == "Failed" && terminated).then_some(r)
+    });
+    assert_eq!(ended["status"]["reason"], "DeadlineExceeded", "{ended}");
+    assert_eq!(
+        ended["status"]["message"],
+        "Pod was active on the node longer than the specified deadline"
+    );
+    agent.kill9();
+    agent.spawn();
+    std::thread::sleep(Duration::from_secs(3));
+    let again = agent.record("deadline").unwrap();
+    assert_eq!(again["status"]["reason"], "DeadlineExceeded", "{again}");
+    assert!(
+        agent
+            .runtime_containers()
+            .iter()
+            .all(|c| c["status"] != "running")
+    );
+    agent.remove_manifest("deadline.yaml");
+    agent.wait_for("the pod gone", T, |a| a.records().is_empty().then_some(()));
+}
+
 #[test]
 fn restart_policies_and_crash_loop_backoff() {
     let registry = Registry::start();

@@ -94,8 +94,9 @@ pub struct Worker {
     /// Probes run as tasks of their own (a slow one must not hold up the
     /// pod's other work) and report here.
     probe_results: (Sender<ProbeResult>, Receiver<ProbeResult>),
-    /// Why the pod was evicted (it runs nothing more); kept in its dir.
-    evicted: Option<String>,
+    /// Why the kubelet ended the pod (an eviction, its active deadline):
+    /// it runs nothing more. Kept in its dir.
+    evicted: Option<Ended>,
     /// When the disk emptyDirs with a sizeLimit are measured next.
     storage_check_at: Option<Instant>,
     /// A measurement runs as a task of its own (a large emptyDir takes a
@@ -117,6 +118,43 @@ const STORAGE_CHECK: Duration = Duration::from_secs(10);
 fn dir_evicted(pod_dir: &Path) -> PathBuf {
     pod_dir.join("evicted")
 }
+
+/// Why the kubelet ended a pod: upstream's reason and message.
+#[derive(Debug, Clone, PartialEq)]
+struct Ended {
+    reason: String,
+    message: String,
+}
+
+impl Ended {
+    /// The marker's text: the message, after a `reason:` line unless the
+    /// reason is Evicted (what markers written before held).
+    fn to_text(&self) -> String {
+        match self.reason.as_str() {
+            "Evicted" => self.message.clone(),
+            reason => format!("reason: {reason}\n{}", self.message),
+        }
+    }
+
+    fn from_text(text: &str) -> Ended {
+        match text
+            .strip_prefix("reason: ")
+            .and_then(|rest| rest.split_once('\n'))
+        {
+            Some((reason, message)) => Ended {
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+            },
+            None => Ended {
+                reason: "Evicted".into(),
+                message: text.to_owned(),
+            },
+        }
+    }
+}
+
+/// Upstream's message for a pod past its activeDeadlineSeconds.
+const DEADLINE_EXCEEDED: &str = "Pod was active on the node longer than the specified deadline";
 
 /// Makes a container instance's bundle on a helper thread. A deletion may
 /// abandon the pass awaiting it; the bundle is then removed once made,
@@ -206,7 +244,9 @@ impl Worker {
             })
             .collect();
         let (exits_tx, exits_rx) = smol::channel::unbounded();
-        let evicted = std::fs::read_to_string(dir_evicted(&dir)).ok();
+        let evicted = std::fs::read_to_string(dir_evicted(&dir))
+            .ok()
+            .map(|text| Ended::from_text(&text));
         let objects = checkpoint::read_objects(&dir)
             .ok()
             .flatten()
@@ -557,6 +597,7 @@ impl Worker {
             .chain(self.containers.iter().filter_map(|c| c.probes.next_at()))
             .chain(refresh)
             .chain(self.storage_check_at.filter(|_| self.evicted.is_none()))
+            .chain(self.active_deadline().filter(|_| self.evicted.is_none()))
             .min()
     }
 
@@ -1147,15 +1188,52 @@ impl Worker {
     /// containers are stopped within `grace` (killed at once for a hard
     /// threshold) and it fails with reason Evicted.
     async fn evict(&mut self, message: String, grace: Duration) {
-        let name = self.pod.full_name();
-        log::warn!("pod {name}: evicted: {message}");
         self.event(None, EventType::Warning, "Evicted", message.clone());
-        let marker = dir_evicted(&self.dir);
-        let text = message.clone();
-        if let Err(e) = crate::helpers::unblock(move || std::fs::write(&marker, text)).await {
-            log::error!("pod {name}: recording its eviction: {e}");
+        let ended = Ended {
+            reason: "Evicted".into(),
+            message,
+        };
+        self.end(ended, grace).await;
+    }
+
+    /// When the pod's activeDeadlineSeconds have passed since it was
+    /// admitted (its startTime).
+    fn active_deadline(&self) -> Option<Instant> {
+        let deadline = self.pod.active_deadline?;
+        let active = Timestamp::now()
+            .duration_since(self.admitted)
+            .unsigned_abs();
+        Some(Instant::now() + deadline.saturating_sub(active))
+    }
+
+    /// Past its active deadline, a pod is ended as upstream's kubelet ends
+    /// it: its containers get their grace period, and it fails with reason
+    /// DeadlineExceeded.
+    async fn enforce_active_deadline(&mut self) {
+        if self.evicted.is_some() || self.active_deadline().is_none_or(|d| d > Instant::now()) {
+            return;
         }
-        self.evicted = Some(message);
+        let message = DEADLINE_EXCEEDED.to_owned();
+        self.event(None, EventType::Normal, "DeadlineExceeded", message.clone());
+        let ended = Ended {
+            reason: "DeadlineExceeded".into(),
+            message,
+        };
+        let grace = self.pod.termination_grace;
+        self.end(ended, grace).await;
+    }
+
+    /// Ends the pod for good, recorded in its dir so that no restart of
+    /// the agent runs it again.
+    async fn end(&mut self, ended: Ended, grace: Duration) {
+        let name = self.pod.full_name();
+        log::warn!("pod {name}: {}: {}", ended.reason, ended.message);
+        let marker = dir_evicted(&self.dir);
+        let text = ended.to_text();
+        if let Err(e) = crate::helpers::unblock(move || std::fs::write(&marker, text)).await {
+            log::error!("pod {name}: recording its end: {e}");
+        }
+        self.evicted = Some(ended);
         if grace.is_zero() {
             self.kill_all_now().await;
         } else {
@@ -1262,6 +1340,7 @@ impl Worker {
                 }
             }
         }
+        self.enforce_active_deadline().await;
         // An evicted pod's stop deadlines still hold; nothing starts.
         if self.evicted.is_some() {
             return false;
@@ -2072,8 +2151,8 @@ impl Worker {
             &pod_ips,
             lifecycle,
         );
-        if let Some(message) = &self.evicted {
-            status::mark_evicted(&mut status, message);
+        if let Some(ended) = &self.evicted {
+            status::mark_ended(&mut status, &ended.reason, &ended.message);
         }
         status.host_ip = self.ctx.host_ip.map(|ip| ip.to_string());
         status.host_ips = self

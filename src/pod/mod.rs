@@ -81,6 +81,9 @@ pub struct Pod {
     pub source: String,
     pub restart_policy: RestartPolicy,
     pub termination_grace: Duration,
+    /// `activeDeadlineSeconds`: how long after its start the kubelet ends
+    /// the pod (DeadlineExceeded).
+    pub active_deadline: Option<Duration>,
     pub host_network: bool,
     pub dns_policy: DnsPolicy,
     pub dns_config: Option<DnsConfig>,

@@ -103,10 +103,15 @@ pub fn previously_initialized(pod: &Pod, views: &[ContainerView]) -> bool {
 
 /// An evicted pod as upstream reports it: Failed, reason Evicted, and the
 /// DisruptionTarget condition saying the kubelet ended it.
-pub fn mark_evicted(status: &mut core::PodStatus, message: &str) {
+/// A pod the kubelet ended: Failed with the reason, and for an eviction
+/// the DisruptionTarget condition upstream adds.
+pub fn mark_ended(status: &mut core::PodStatus, reason: &str, message: &str) {
     status.phase = Some("Failed".into());
-    status.reason = Some("Evicted".into());
+    status.reason = Some(reason.to_owned());
     status.message = Some(message.to_owned());
+    if reason != "Evicted" {
+        return;
+    }
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     if !conditions.iter().any(|c| c.type_ == "DisruptionTarget") {
         conditions.push(core::PodCondition {

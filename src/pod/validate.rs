@@ -451,6 +451,7 @@ const SPEC: &[(&str, Shape)] = &[
     ("initContainers", ListOf(CONTAINER)),
     ("restartPolicy", Leaf),
     ("terminationGracePeriodSeconds", Leaf),
+    ("activeDeadlineSeconds", Leaf),
     ("hostNetwork", Leaf),
     ("hostPID", Leaf),
     ("hostIPC", Leaf),
@@ -789,6 +790,16 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             id_from("spec.securityContext.supplementalGroups", Some(g)).map(|g| g.unwrap_or(0))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let active_deadline = match spec.active_deadline_seconds {
+        None => None,
+        Some(seconds) if seconds > 0 => Some(Duration::from_secs(seconds.unsigned_abs())),
+        Some(_) => {
+            return Err(invalid(
+                "spec.activeDeadlineSeconds",
+                "must be greater than 0",
+            ));
+        }
+    };
     let merge_image_groups = match security.and_then(|s| s.supplemental_groups_policy.as_deref()) {
         None | Some("Merge") => true,
         Some("Strict") => false,
@@ -952,6 +963,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         run_as_non_root,
         supplemental_groups,
         merge_image_groups,
+        active_deadline,
         enable_service_links: spec.enable_service_links.unwrap_or(true),
         fs_group,
         sysctls,
