@@ -1430,7 +1430,7 @@ fn hooks_termination_messages_dns_config_and_host_aliases() {
     let image = busybox(&registry);
     let agent = Agent::start(&registry);
     let out = agent.dir.path().join("out");
-    let main = "cat /etc/hosts /etc/resolv.conf; until [ -f /tmp/started ]; do sleep 0.1; done; echo post-start-ran; trap 'exit 0' TERM; while true; do sleep 0.1; done";
+    let main = "cat /etc/hosts /etc/resolv.conf; echo host=$(hostname); until [ -f /tmp/started ]; do sleep 0.1; done; echo post-start-ran; trap 'exit 0' TERM; while true; do sleep 0.1; done";
     agent.write_manifest(
         "hooked.yaml",
         &format!(
@@ -1441,6 +1441,7 @@ spec:
   restartPolicy: Never
   terminationGracePeriodSeconds: 10
   subdomain: sub
+  setHostnameAsFQDN: true
   hostAliases: [{{ip: 10.1.2.3, hostnames: [foo.local, bar.local]}}]
   dnsPolicy: None
   dnsConfig:
@@ -1476,6 +1477,10 @@ spec:
         logs.contains("post-start-ran").then_some(logs)
     });
     assert!(logs.contains("10.1.2.3\tfoo.local\tbar.local"), "{logs}");
+    assert!(
+        logs.contains("host=hooked.sub.default.svc.cluster.local\n"),
+        "{logs}"
+    );
     assert!(logs.contains("# Entries added by HostAliases."), "{logs}");
     assert!(
         logs.contains("nameserver 192.0.2.53\nsearch example.test\noptions ndots:2"),

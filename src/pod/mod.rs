@@ -91,6 +91,8 @@ pub struct Pod {
     pub host_aliases: Vec<(String, Vec<String>)>,
     /// With `subdomain`, the pod's FQDN in /etc/hosts.
     pub subdomain: Option<String>,
+    /// `setHostnameAsFQDN`: with a subdomain, the FQDN is the host name.
+    pub set_hostname_as_fqdn: bool,
     pub host_pid: bool,
     /// `shareProcessNamespace`: one PID namespace for all containers.
     pub share_process_namespace: bool,

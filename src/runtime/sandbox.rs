@@ -28,6 +28,11 @@ pub enum SandboxError {
     State(#[from] crate::state::StateError),
     #[error("creating namespaces: {0}")]
     Namespace(String),
+    #[error(
+        "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long (64 characters is the max, {} characters requested)",
+        fqdn.len()
+    )]
+    FqdnTooLong { fqdn: String },
     #[error(transparent)]
     Network(#[from] CniError),
     #[error(transparent)]
@@ -174,6 +179,24 @@ fn parse_resolv_conf(text: &str) -> DnsConfig {
     conf
 }
 
+/// The pod's own host name: with `setHostnameAsFQDN` and a subdomain its
+/// fully qualified name, as upstream (at most 64 bytes, the kernel's).
+fn uts_hostname(pod: &Pod, dns: &ClusterDns) -> Result<String, SandboxError> {
+    match &pod.subdomain {
+        Some(sub) if pod.set_hostname_as_fqdn && !pod.host_network => {
+            let fqdn = format!(
+                "{}.{sub}.{}.svc.{}",
+                pod.hostname, pod.namespace, dns.domain
+            );
+            if fqdn.len() > 64 {
+                return Err(SandboxError::FqdnTooLong { fqdn });
+            }
+            Ok(fqdn)
+        }
+        _ => Ok(pod.hostname.clone()),
+    }
+}
+
 pub async fn create(
     pod: &Pod,
     pod_dir: &Path,
@@ -181,6 +204,7 @@ pub async fn create(
     network: &Cni,
     executable: &Path,
 ) -> Result<PodPaths, SandboxError> {
+    let own_hostname = uts_hostname(pod, dns)?;
     let ns_dir = pod_dir.join("ns");
     fs::create_dir_all(&ns_dir).map_err(io_at(&ns_dir))?;
     let kinds = own_namespaces(pod);
@@ -198,7 +222,7 @@ pub async fn create(
                 // A pause in the namespaces' old user namespace could not
                 // be joined from the new one.
                 pause::stop(&ns_dir)?;
-                userns::create(&ns_dir, user_ns.range, &pod.hostname, executable).await?;
+                userns::create(&ns_dir, user_ns.range, &own_hostname, executable).await?;
             }
             (!whole, !whole)
         }
@@ -208,7 +232,7 @@ pub async fn create(
             let new_net = missing.contains(&"net");
             let new_namespaces = !missing.is_empty();
             if !missing.is_empty() {
-                make_namespaces(ns_dir.clone(), pod.hostname.clone(), missing).await?;
+                make_namespaces(ns_dir.clone(), own_hostname.clone(), missing).await?;
             }
             (new_net, new_namespaces)
         }
@@ -262,7 +286,7 @@ pub async fn create(
             .iter()
             .map(|ip| (ip.to_string(), names.clone()))
             .collect();
-        (managed_hosts(&entries), pod.hostname.clone())
+        (managed_hosts(&entries), own_hostname.clone())
     };
     if !pod.host_aliases.is_empty() {
         hosts_text.push_str("\n# Entries added by HostAliases.\n");
@@ -341,6 +365,7 @@ pub async fn create(
         hosts,
         resolv_conf,
         hostname,
+        own_hostname,
         volumes,
         volume_sources,
         pod_ips,
@@ -610,6 +635,30 @@ mod dns_tests {
         crate::pod::manifest::parse_one(&format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: shop}}\nspec:\n{extra}  containers:\n  - name: c\n    image: i:1\n"
         ))
+    }
+
+    #[test]
+    fn host_name_as_fqdn_within_the_kernels_64_bytes() {
+        let dns = ClusterDns {
+            servers: Vec::new(),
+            domain: "cluster.local".into(),
+        };
+        let fqdn = "  subdomain: web\n  setHostnameAsFQDN: true\n";
+        assert_eq!(
+            uts_hostname(&pod(fqdn), &dns).unwrap(),
+            "p.web.shop.svc.cluster.local"
+        );
+        assert_eq!(uts_hostname(&pod("  subdomain: web\n"), &dns).unwrap(), "p");
+        assert_eq!(
+            uts_hostname(&pod("  setHostnameAsFQDN: true\n"), &dns).unwrap(),
+            "p"
+        );
+        let long = format!("  hostname: {}\n{fqdn}", "h".repeat(40));
+        let e = uts_hostname(&pod(&long), &dns).unwrap_err().to_string();
+        assert!(
+            e.contains("is too long (64 characters is the max, 67 characters requested)"),
+            "{e}"
+        );
     }
 
     #[test]

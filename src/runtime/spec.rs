@@ -326,6 +326,9 @@ pub struct PodPaths {
     pub hosts: PathBuf,
     pub resolv_conf: PathBuf,
     pub hostname: PathBuf,
+    /// The pod's host name in its UTS namespace (its FQDN with
+    /// setHostnameAsFQDN).
+    pub own_hostname: String,
     /// Volume name → host directory or file, where the agent fills it.
     pub volumes: Vec<(String, PathBuf)>,
     /// Volume name → what containers mount: the volume, or in a pod's own
@@ -555,7 +558,7 @@ pub fn process_args(
 /// The environment: the image's, overridden by the container's (resolved:
 /// see `pod::env`), plus PATH and HOSTNAME as container runtimes add them.
 pub fn environment(
-    pod: &Pod,
+    hostname: &str,
     container_env: &[(String, String)],
     image: &RunConfig,
     tty: bool,
@@ -567,7 +570,7 @@ pub fn environment(
     };
     let (k, v) = DEFAULT_PATH.split_once('=').unwrap_or_default();
     set(k, v);
-    set("HOSTNAME", &pod.hostname);
+    set("HOSTNAME", hostname);
     for kv in image.env.iter().flatten() {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         set(k, v);
@@ -820,7 +823,7 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             terminal: container.input.tty,
             user,
             args,
-            env: environment(pod, input.env, image, container.input.tty),
+            env: environment(&paths.own_hostname, input.env, image, container.input.tty),
             cwd,
             capabilities: Capabilities {
                 bounding: caps.clone(),
@@ -850,7 +853,7 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             path: rootfs.to_owned(),
             readonly: container.read_only_root,
         },
-        hostname: paths.uts_ns.as_ref().map(|_| pod.hostname.clone()),
+        hostname: paths.uts_ns.as_ref().map(|_| paths.own_hostname.clone()),
         mounts,
         linux: Linux {
             namespaces,
@@ -966,13 +969,13 @@ mod tests {
             &Default::default(),
         )
         .unwrap();
-        let env = environment(&p, &resolved, &img, false);
+        let env = environment(&p.hostname, &resolved, &img, false);
         assert!(env.contains(&"A=pod".to_string()));
         assert!(env.contains(&"B=image".to_string()));
         assert!(env.contains(&"PATH=/p".to_string()));
         assert!(env.contains(&"HOSTNAME=p".to_string()));
         assert!(!env.iter().any(|e| e.starts_with("TERM=")));
-        let on_terminal = environment(&p, &resolved, &img, true);
+        let on_terminal = environment(&p.hostname, &resolved, &img, true);
         assert!(on_terminal.contains(&"TERM=xterm".to_string()));
     }
 
