@@ -1513,7 +1513,7 @@ fn security_contexts_and_volume_options() {
     let agent = Agent::start(&registry);
     let status = "grep -E '^(CapEff|Seccomp):' /proc/self/status";
     let main = format!(
-        "{status}; cat /proc/sys/net/ipv4/ip_local_port_range; grep ' /cache ' /proc/mounts; ls -ldn /data; id -G; echo hi > /sub/file; sleep 3600"
+        "{status}; cat /proc/sys/net/ipv4/ip_local_port_range; grep ' /cache ' /proc/mounts; ls -ldn /data; id -G; echo hi > /sub/file; echo by-name > /named/file; sleep 3600"
     );
     // A Localhost profile (Docker's format) that refuses mkdir.
     let profiles = agent.state.join("seccomp/profiles");
@@ -1547,7 +1547,9 @@ spec:
     volumeMounts:
     - {{name: data, mountPath: /data}}
     - {{name: data, mountPath: /sub, subPath: nested/dir}}
+    - {{name: data, mountPath: /named, subPathExpr: 'logs/$(POD_NAME)'}}
     - {{name: cache, mountPath: /cache}}
+    env: [{{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}]
   - name: privileged
     image: {image}
     command: [sh, -c, \"{status}; ls /dev | wc -l; sleep 3600\"]
@@ -1592,6 +1594,11 @@ spec:
         .state
         .join(format!("pods/{uid}/volumes/data/nested/dir/file"));
     agent.wait_for("the subPath file", T, |_| written.exists().then_some(()));
+    // subPathExpr: expanded with the container's variables.
+    let named = agent
+        .state
+        .join(format!("pods/{uid}/volumes/data/logs/secure/file"));
+    agent.wait_for("the subPathExpr file", T, |_| named.exists().then_some(()));
 
     let privileged = agent.wait_for("the privileged container's report", T, |a| {
         let logs = a.logs("default/secure", Some("privileged"));

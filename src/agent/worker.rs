@@ -1809,6 +1809,20 @@ impl Worker {
                 return;
             }
         };
+        let spec_container = match spec_container.expand_sub_paths(&env) {
+            Ok(container) => container,
+            Err(message) => {
+                log::warn!("pod {}: {message}", self.pod.full_name());
+                self.event(
+                    cname,
+                    EventType::Warning,
+                    "Failed",
+                    format!("Error: {message}"),
+                );
+                self.setup_failed(i, "CreateContainerConfigError", message);
+                return;
+            }
+        };
         let id = crate::state::random_hex();
         let bundle = Bundle::new(&self.dir, &id);
         let qos = self.pod.qos;

@@ -361,8 +361,37 @@ pub struct VolumeMount {
     pub read_only: bool,
     /// A path inside the volume to mount instead of its root.
     pub sub_path: Option<String>,
+    /// `sub_path` is a `subPathExpr`: `$(VAR)` expands with the container's
+    /// variables when it starts.
+    pub sub_path_expr: bool,
     /// rprivate (None), rslave (HostToContainer) or rshared (Bidirectional).
     pub propagation: &'static str,
+}
+
+/// A path that stays below where it starts: relative, without `..`.
+pub fn is_local_path(path: &str) -> bool {
+    !path.starts_with('/') && !path.split('/').any(|p| p == "..")
+}
+
+impl Container {
+    /// The container's mounts with each `subPathExpr` expanded with its
+    /// variables, as upstream does when it starts the container.
+    pub fn expand_sub_paths(&self, env: &[(String, String)]) -> Result<Container, String> {
+        let mut container = self.clone();
+        for m in container.mounts.iter_mut().filter(|m| m.sub_path_expr) {
+            let Some(expr) = &m.sub_path else { continue };
+            let expanded = env::expand(expr, env);
+            if !is_local_path(&expanded) {
+                return Err(format!(
+                    "failed to prepare subPath for volumeMount {:?} of container {:?}: the expanded subPathExpr {expanded:?} must be a relative path without '..'",
+                    m.volume, self.name
+                ));
+            }
+            m.sub_path = Some(expanded).filter(|s| !s.is_empty());
+            m.sub_path_expr = false;
+        }
+        Ok(container)
+    }
 }
 
 impl Pod {

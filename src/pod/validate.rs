@@ -289,6 +289,7 @@ const CONTAINER: &[(&str, Shape)] = &[
             ("mountPath", Leaf),
             ("readOnly", Leaf),
             ("subPath", Leaf),
+            ("subPathExpr", Leaf),
             ("mountPropagation", Leaf),
         ]),
     ),
@@ -1527,14 +1528,25 @@ fn convert_container(
             ));
         }
         let sub_path = m.sub_path.clone().filter(|p| !p.is_empty());
-        if let Some(sub) = &sub_path
-            && (sub.starts_with('/') || sub.split('/').any(|p| p == ".."))
-        {
+        let sub_path_expr = m.sub_path_expr.clone().filter(|p| !p.is_empty());
+        if sub_path.is_some() && sub_path_expr.is_some() {
             return Err(invalid(
-                format!("{mfield}.subPath"),
-                "must be a relative path without '..'",
+                format!("{mfield}.subPathExpr"),
+                "subPathExpr and subPath are mutually exclusive",
             ));
         }
+        for (name, sub) in [("subPath", &sub_path), ("subPathExpr", &sub_path_expr)] {
+            if let Some(sub) = sub
+                && !super::is_local_path(sub)
+            {
+                return Err(invalid(
+                    format!("{mfield}.{name}"),
+                    "must be a relative path without '..'",
+                ));
+            }
+        }
+        let expanded_later = sub_path_expr.is_some();
+        let sub_path = sub_path.or(sub_path_expr);
         let propagation = match m.mount_propagation.as_deref() {
             None | Some("None") => "rprivate",
             Some("HostToContainer") => "rslave",
@@ -1560,6 +1572,7 @@ fn convert_container(
             read_only: m.read_only.unwrap_or(false)
                 || matches!(volume.source, VolumeSource::Projected(_)),
             sub_path,
+            sub_path_expr: expanded_later,
             propagation,
         });
     }
@@ -1932,6 +1945,38 @@ mod tests {
         );
         assert!(refused(json!({"limits": {"cpu": true}})).contains("expected a quantity"));
         assert!(refused(json!({"limits": {"hugepages-2Mi": "2Mi"}})).contains("not supported"));
+    }
+
+    /// subPathExpr expands with the container's variables when it starts;
+    /// a value that climbs out of the volume is refused then.
+    #[test]
+    fn sub_path_expressions() {
+        let with_mount = |mount: serde_json::Value| {
+            validate(
+                &pod(
+                    json!({"containers": [{"name": "c", "image": "b:1", "volumeMounts": [mount]}],
+                    "volumes": [{"name": "v", "emptyDir": {}}]}),
+                ),
+                "f",
+                "u",
+            )
+        };
+        let p = with_mount(json!({"name": "v", "mountPath": "/x", "subPathExpr": "logs/$(NAME)"}))
+            .unwrap();
+        let c = &p.containers[0];
+        let env = |v: &str| vec![("NAME".to_owned(), v.to_owned())];
+        let expanded = c.expand_sub_paths(&env("web-0")).unwrap();
+        assert_eq!(expanded.mounts[0].sub_path.as_deref(), Some("logs/web-0"));
+        assert!(c.expand_sub_paths(&env("../../etc")).is_err());
+        assert!(
+            with_mount(json!({"name": "v", "mountPath": "/x", "subPathExpr": "/abs"})).is_err()
+        );
+        assert!(
+            with_mount(json!({"name": "v", "mountPath": "/x", "subPath": "a", "subPathExpr": "b"}))
+                .unwrap_err()
+                .to_string()
+                .contains("mutually exclusive")
+        );
     }
 
     #[test]
