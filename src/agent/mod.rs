@@ -412,8 +412,13 @@ pub async fn run(
     .detach();
     let mut qos_written: Option<u64> = None;
     loop {
+        let node_view = ctx
+            .api_node
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| registered_node.clone());
         let scan = match &source {
-            Some(s) => s.scan().await,
+            Some(s) => s.scan(&node_view, workers.keys().cloned().collect()).await,
             None => Some(Default::default()),
         };
         match scan {
@@ -450,11 +455,6 @@ pub async fn run(
 
         // Until its first list, the API server says nothing about which
         // pods should not run.
-        let node_view = ctx
-            .api_node
-            .borrow()
-            .clone()
-            .unwrap_or_else(|| registered_node.clone());
         capacity.extended = node_view.extended.clone();
         let sorted = api_pods.as_ref().and_then(|reflector| {
             let snapshot = reflector.snapshot();

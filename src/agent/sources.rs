@@ -1,7 +1,7 @@
 //! The static pod source: a directory of manifests, watched with inotify and
 //! rescanned every fileCheckFrequency as a safety net.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use smol::Async;
 
+use super::admission::{self, NodeView};
 use super::checkpoint::Rejected;
 use crate::pod::Pod;
 use crate::pod::manifest::{self, Document};
@@ -122,13 +123,20 @@ impl ManifestSource {
     }
 
     /// Reads every manifest, off the loop; `None` when the directory cannot
-    /// be read.
-    pub async fn scan(&self) -> Option<Scan> {
+    /// be read. A pod that does not run yet (its UID not in `running`) and
+    /// does not fit `node` is refused, as upstream's admission refuses
+    /// static pods (taints aside); one that runs stays
+    /// (IgnoredDuringExecution).
+    pub async fn scan(&self, node: &NodeView, running: HashSet<String>) -> Option<Scan> {
         let dir = self.dir.clone();
         let max_pods = self.max_pods;
         let suffix = self.node_suffix.clone();
+        let admission = Admission {
+            node: node.clone(),
+            running,
+        };
         crate::helpers::unblock(move || {
-            let mut scan = scan_dir(&dir, max_pods)?;
+            let mut scan = scan_dir(&dir, max_pods, &admission)?;
             if let Some(node) = suffix {
                 for pod in &mut scan.pods {
                     add_node_suffix(pod, &node);
@@ -158,7 +166,14 @@ fn add_node_suffix(pod: &mut Pod, node: &str) {
 /// `None` when the directory cannot be read: that says nothing about which
 /// pods should run (a missing mount must not stop every static pod), so the
 /// caller keeps what runs, as upstream's file source does.
-fn scan_dir(dir: &Path, max_pods: usize) -> Option<Scan> {
+/// What a new static pod must fit.
+struct Admission {
+    node: NodeView,
+    /// UIDs of the pods that run: admitted before.
+    running: HashSet<String>,
+}
+
+fn scan_dir(dir: &Path, max_pods: usize, admission: &Admission) -> Option<Scan> {
     let mut scan = Scan::default();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -208,6 +223,16 @@ fn scan_dir(dir: &Path, max_pods: usize) -> Option<Scan> {
                             format!("pod {} is already defined in {first}", pod.full_name());
                         scan.rejected
                             .push(reject(index, Some(key.0), Some(key.1), reason));
+                    } else if let Some((reason, message)) = (!admission.running.contains(&pod.uid))
+                        .then(|| admission::fits_node(&pod.manifest, &admission.node, false))
+                        .and_then(Result::err)
+                    {
+                        scan.rejected.push(reject(
+                            index,
+                            Some(key.0),
+                            Some(key.1),
+                            format!("{reason}: {message}"),
+                        ));
                     } else if scan.pods.len() >= max_pods {
                         let reason =
                             format!("OutOfpods: the node runs at most {max_pods} pods (maxPods)");
@@ -244,13 +269,63 @@ mod tests {
         std::fs::write(dir.join("3.yaml"), "kind: [").unwrap();
         std::fs::write(dir.join(".hidden.yaml"), "kind: [").unwrap();
         std::fs::write(dir.join("notes.txt"), "x").unwrap();
-        let scan = scan_dir(&dir, 110).unwrap();
+        let node = NodeView {
+            name: "edge-1".into(),
+            labels: [("disk".to_owned(), "ssd".to_owned())].into(),
+            ..Default::default()
+        };
+        let elsewhere = "apiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {nodeSelector: {disk: hdd}, containers: [{name: c, image: x:1}]}\n";
+        std::fs::write(dir.join("4.yaml"), elsewhere).unwrap();
+        let admission = Admission {
+            node,
+            running: HashSet::new(),
+        };
+        let scan = scan_dir(&dir, 110, &admission).unwrap();
         assert_eq!(scan.pods.len(), 1);
+        assert!(
+            scan.rejected
+                .iter()
+                .any(|r| r.file.ends_with("4.yaml") && r.reason.starts_with("NodeAffinity: ")),
+            "{:?}",
+            scan.rejected
+        );
+        // Once it runs, a changed label does not stop it.
+        let hdd = NodeView {
+            labels: [("disk".to_owned(), "hdd".to_owned())].into(),
+            ..Default::default()
+        };
+        let uid = scan_dir(
+            &dir,
+            110,
+            &Admission {
+                node: hdd,
+                running: HashSet::new(),
+            },
+        )
+        .unwrap()
+        .pods
+        .iter()
+        .find(|p| p.name == "b")
+        .map(|p| p.uid.clone())
+        .unwrap();
+        let running = Admission {
+            node: admission.node.clone(),
+            running: [uid].into(),
+        };
+        assert!(
+            scan_dir(&dir, 110, &running)
+                .unwrap()
+                .pods
+                .iter()
+                .any(|p| p.name == "b")
+        );
+        std::fs::remove_file(dir.join("4.yaml")).unwrap();
+        let scan = scan_dir(&dir, 110, &admission).unwrap();
         assert_eq!(scan.rejected.len(), 2, "{:?}", scan.rejected);
         assert!(scan.rejected[0].reason.contains("already defined"));
         assert!(scan.rejected[1].file.ends_with("3.yaml"));
-        let capped = scan_dir(&dir, 0).unwrap();
-        assert!(scan_dir(&dir.join("missing"), 110).is_none());
+        let capped = scan_dir(&dir, 0, &admission).unwrap();
+        assert!(scan_dir(&dir.join("missing"), 110, &admission).is_none());
         assert!(
             capped
                 .rejected
