@@ -2836,6 +2836,46 @@ fn pods_with_affinity_tolerations_and_spread_run_as_upstream_admits_them() {
             .is_none()
             .then_some(())
     });
+    // Readiness gates: Ready waits for the condition a controller sets.
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest(
+            "gated",
+            &image,
+            &format!("  nodeName: {node}\n{tolerations}  readinessGates: [{{conditionType: example.com/lb-ready}}]\n"),
+            "sleep 3600",
+        )),
+    );
+    let ready = |want: &str| {
+        wait(&agent, &format!("gated Ready={want}"), T, || {
+            let p = get(&api, &["get", "pod", "gated"])?;
+            let c = p["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Ready")?
+                .clone();
+            (p["status"]["phase"] == "Running" && c["status"] == want).then_some(c)
+        })
+    };
+    let waiting = ready("False");
+    assert_eq!(waiting["reason"], "ReadinessGatesNotReady", "{waiting}");
+    assert_eq!(
+        waiting["message"],
+        "corresponding condition of pod readiness gate \"example.com/lb-ready\" does not exist."
+    );
+    api.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "gated",
+            "--subresource",
+            "status",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"example.com/lb-ready","status":"True"}]}}"#,
+        ],
+        None,
+    );
+    ready("True");
     // The numbers were read as quantities: requests below limits.
     let numbers = get(&api, &["get", "pod", "numbers"]).unwrap();
     assert_eq!(numbers["status"]["qosClass"], "Burstable", "{numbers}");

@@ -718,6 +718,8 @@ fn pod_changed(old: &Pod, new: &Pod) -> bool {
     old.manifest.spec != new.manifest.spec
         || old.manifest.metadata.labels != new.manifest.metadata.labels
         || old.manifest.metadata.annotations != new.manifest.metadata.annotations
+        || crate::pod::status::readiness_gate_conditions(old)
+            != crate::pod::status::readiness_gate_conditions(new)
 }
 
 /// Logs newly rejected manifests once and writes the list for `nanolet

@@ -239,6 +239,17 @@ pub fn pod_status(
     } else {
         "ContainersNotReady"
     });
+    let gates_unmet = readiness_gates_unmet(pod);
+    let ready = match (&gates_unmet, all_ready) {
+        (Some(message), true) => core::PodCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: Some("ReadinessGatesNotReady".into()),
+            message: Some(message.clone()),
+            ..Default::default()
+        },
+        _ => condition("Ready", all_ready, not_ready),
+    };
     core::PodStatus {
         phase: Some(phase.into()),
         conditions: Some(vec![
@@ -248,7 +259,7 @@ pub fn pod_status(
                 initialized,
                 (!initialized).then_some("ContainersNotInitialized"),
             ),
-            condition("Ready", all_ready, not_ready),
+            ready,
             condition("ContainersReady", all_ready, not_ready),
             condition("PodScheduled", true, None),
         ]),
@@ -265,6 +276,50 @@ pub fn pod_status(
         qos_class: Some(pod.qos.as_str().into()),
         ..Default::default()
     }
+}
+
+/// The conditions a pod's readiness gates name, as the API server last
+/// showed them (others set them): Ready waits for all to be True.
+pub fn readiness_gate_conditions(pod: &Pod) -> Vec<(String, Option<String>)> {
+    let gates = pod
+        .manifest
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_deref())
+        .unwrap_or_default();
+    let conditions = pod
+        .manifest
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    gates
+        .iter()
+        .map(|gate| {
+            let status = conditions
+                .iter()
+                .find(|c| c.type_ == gate.condition_type)
+                .map(|c| c.status.clone());
+            (gate.condition_type.clone(), status)
+        })
+        .collect()
+}
+
+/// Why the readiness gates keep the pod from Ready, in upstream's words.
+fn readiness_gates_unmet(pod: &Pod) -> Option<String> {
+    let unmet: Vec<String> = readiness_gate_conditions(pod)
+        .into_iter()
+        .filter_map(|(gate, status)| match status.as_deref() {
+            Some("True") => None,
+            Some(other) => Some(format!(
+                "the status of pod readiness gate {gate:?} is not \"True\", but {other}"
+            )),
+            None => Some(format!(
+                "corresponding condition of pod readiness gate {gate:?} does not exist."
+            )),
+        })
+        .collect();
+    (!unmet.is_empty()).then(|| unmet.join(", "))
 }
 
 /// Conditions keep their lastTransitionTime while their status stays; a

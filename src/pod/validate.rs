@@ -484,6 +484,7 @@ const SPEC: &[(&str, Shape)] = &[
     ("affinity", Any),
     ("tolerations", Any),
     ("topologySpreadConstraints", Any),
+    ("readinessGates", ListOf(&[("conditionType", Leaf)])),
     ("schedulingGates", Any),
     ("schedulingGroup", Any),
     ("os", Object(&[("name", Leaf)])),
