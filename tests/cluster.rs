@@ -880,6 +880,49 @@ fn an_empty_dir_over_its_size_limit_gets_the_pod_evicted() {
     let p = get(&api, &["get", "pod", "filler"]).unwrap();
     assert_eq!(p["status"]["reason"], "Evicted");
     assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
+
+    // ephemeral-storage limits: a container writing past its own into its
+    // writable layer; a pod past its containers' together, through a disk
+    // emptyDir no limit of its own covers; one within both.
+    let writer = |name: &str, limit: &str, layer_kib: u32, volume_kib: u32| {
+        let fill = format!(
+            "dd if=/dev/zero of=/tmp/big bs=1024 count={layer_kib} 2>/dev/null; dd if=/dev/zero of=/scratch/big bs=1024 count={volume_kib} 2>/dev/null; sleep 3600"
+        );
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 30\n  automountServiceAccountToken: false\n  volumes: [{{name: scratch, emptyDir: {{}}}}]\n  containers:\n  - name: main\n    image: {image}\n    command: [sh, -c, {fill:?}]\n    volumeMounts: [{{name: scratch, mountPath: /scratch}}]\n    resources: {{limits: {{ephemeral-storage: {limit}}}}}\n  - name: idle\n    image: {image}\n    command: [sleep, '3600']\n    resources: {{limits: {{ephemeral-storage: 1Mi}}}}\n"
+        )
+    };
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---\n{}---\n{}",
+            writer("greedy", "2Mi", 2560, 0),
+            writer("shared", "4Mi", 3072, 3072),
+            writer("modest", "8Mi", 1024, 1024)
+        )),
+    );
+    let evicted_with = |pod: &str| {
+        wait(&agent, &format!("{pod} evicted"), T, || {
+            let p = get(&api, &["get", "pod", pod])?;
+            (p["status"]["reason"] == "Evicted").then(|| p["status"]["message"].clone())
+        })
+    };
+    assert_eq!(
+        evicted_with("greedy"),
+        "Container main exceeded its local ephemeral storage limit \"2Mi\". "
+    );
+    assert_eq!(
+        evicted_with("shared"),
+        "Pod ephemeral local storage usage exceeds the total limit of containers 5Mi. "
+    );
+    wait(&agent, "modest running", T, || {
+        running(&api, "modest").then_some(())
+    });
+    // The passes that evicted the others measured it too; one more after
+    // its writes are surely done leaves it alone as well.
+    std::thread::sleep(Duration::from_secs(11));
+    let p = get(&api, &["get", "pod", "modest"]).unwrap();
+    assert_eq!(p["status"]["phase"], "Running", "{p}");
 }
 
 /// The node's requests in the API server's record since it was cleared.

@@ -131,6 +131,8 @@ pub struct Capacity {
     pub memory: u64,
     pub pods: u64,
     pub extended: BTreeMap<String, u64>,
+    /// Allocatable ephemeral storage, bytes.
+    pub ephemeral_storage: u64,
 }
 
 /// A host port a pod takes: protocol, host IP (`0.0.0.0` for all), port.
@@ -141,6 +143,7 @@ type HostPort = (String, String, i32);
 pub struct Used {
     pub cpu_milli: u64,
     pub memory: u64,
+    pub ephemeral_storage: u64,
     pub pods: u64,
     pub extended: BTreeMap<String, u64>,
     pub host_ports: Vec<HostPort>,
@@ -152,11 +155,17 @@ impl Used {
         self.pods += 1;
         self.cpu_milli += cpu;
         self.memory += memory;
+        self.ephemeral_storage += ephemeral_request(pod);
         for (name, amount) in extended_requests(pod) {
             *self.extended.entry(name).or_default() += amount;
         }
         self.host_ports.extend(host_ports(&pod.manifest));
     }
+}
+
+/// A pod's ephemeral storage request, init containers counted as for CPU.
+fn ephemeral_request(pod: &Pod) -> u64 {
+    pod.pod_total(|c| c.resources.ephemeral_request.unwrap_or(0))
 }
 
 /// A pod's extended resources, init containers counted as for CPU.
@@ -220,6 +229,15 @@ pub fn admit(pod: &Pod, capacity: &Capacity, used: &mut Used) -> Result<(), Refu
     if memory > 0 && used.memory + memory > capacity.memory {
         return refuse("memory", memory, used.memory, capacity.memory);
     }
+    let storage = ephemeral_request(pod);
+    if storage > 0 && used.ephemeral_storage + storage > capacity.ephemeral_storage {
+        return refuse(
+            "ephemeral-storage",
+            storage,
+            used.ephemeral_storage,
+            capacity.ephemeral_storage,
+        );
+    }
     for (name, amount) in extended_requests(pod) {
         let Some(&available) = capacity.extended.get(&name) else {
             continue;
@@ -263,6 +281,7 @@ mod tests {
             memory: 1 << 30,
             pods: 2,
             extended: BTreeMap::new(),
+            ephemeral_storage: 0,
         };
         let mut used = Used::default();
         assert!(admit(&pod("600m", "100Mi"), &capacity, &mut used).is_ok());
@@ -355,6 +374,7 @@ mod tests {
             memory: 1 << 30,
             pods: 10,
             extended: [("example.com/dongle".to_owned(), 3)].into(),
+            ephemeral_storage: 0,
         };
         let dongles = |n: u32| {
             manifest(&format!(
@@ -375,12 +395,39 @@ mod tests {
     }
 
     #[test]
+    fn ephemeral_storage_requests_are_counted_limits_standing_for_them() {
+        let capacity = Capacity {
+            cpu_milli: 1000,
+            memory: 1 << 30,
+            pods: 10,
+            extended: BTreeMap::new(),
+            ephemeral_storage: 10 << 20,
+        };
+        let storage = |kind: &str, amount: &str| {
+            manifest(&format!(
+                "spec:\n  containers: [{{name: c, image: i, resources: {{{kind}: {{ephemeral-storage: {amount}}}}}}}]\n"
+            ))
+        };
+        let mut used = Used::default();
+        assert!(admit(&storage("requests", "6Mi"), &capacity, &mut used).is_ok());
+        let (reason, message) = admit(&storage("limits", "5Mi"), &capacity, &mut used).unwrap_err();
+        assert_eq!(reason, "OutOfephemeral-storage");
+        assert_eq!(
+            message,
+            "Node didn't have enough resource: ephemeral-storage, requested: 5242880, used: 6291456, capacity: 10485760"
+        );
+        assert!(admit(&storage("limits", "4Mi"), &capacity, &mut used).is_ok());
+        assert_eq!(used.ephemeral_storage, 10 << 20);
+    }
+
+    #[test]
     fn host_ports_are_one_pods_at_a_time() {
         let capacity = Capacity {
             cpu_milli: 1000,
             memory: 1 << 30,
             pods: 10,
             extended: BTreeMap::new(),
+            ephemeral_storage: 0,
         };
         let ports = |ports: &str| {
             manifest(&format!(

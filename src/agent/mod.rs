@@ -394,6 +394,7 @@ pub async fn run(
             memory,
             pods: u64::from(ctx.config.max_pods),
             extended: Default::default(),
+            ephemeral_storage: node::storage_allocatable(&ctx, node::storage_capacity(&ctx)),
         }
     };
 

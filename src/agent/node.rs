@@ -166,12 +166,26 @@ pub fn pods_cgroup_limits(ctx: &Context) -> crate::cgroup::Limits {
     }
 }
 
+/// The node's allocatable ephemeral storage: the state dir's filesystem
+/// less what is reserved and the nodefs eviction threshold.
+pub fn storage_allocatable(ctx: &Context, capacity: u64) -> u64 {
+    let config = &ctx.config;
+    let left = capacity as i64
+        - reserved(config, "ephemeral-storage")
+        - threshold(ctx, Signal::NodefsAvailable, capacity).unwrap_or(0) as i64;
+    left.max(0) as u64
+}
+
+/// The state dir's filesystem's size.
+pub fn storage_capacity(ctx: &Context) -> u64 {
+    crate::stats::fs::FsUsage::of(&ctx.layout.root).map_or(0, |f| f.capacity)
+}
+
 /// The node's status now; the pressure conditions are the eviction
 /// manager's.
 pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::NodeStatus {
     let config = &ctx.config;
-    let fs = crate::stats::fs::FsUsage::of(&ctx.layout.root).ok();
-    let storage = fs.as_ref().map_or(0, |f| f.capacity);
+    let storage = storage_capacity(ctx);
     let mut capacity = BTreeMap::from([
         ("cpu", facts.cpus.to_string()),
         ("memory", format_bytes(facts.memory)),
@@ -181,14 +195,8 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
     // No huge pages are set up for pods; upstream reports them as 0 too.
     capacity.insert("hugepages-1Gi", "0".into());
     capacity.insert("hugepages-2Mi", "0".into());
-    let reserved = |name: &str| reserved(config, name);
-    let floor = |v: i64| v.max(0) as u64;
     let (cpu_alloc, mem_alloc) = allocatable(ctx);
-    let storage_alloc = floor(
-        storage as i64
-            - reserved("ephemeral-storage")
-            - threshold(ctx, Signal::NodefsAvailable, storage).unwrap_or(0) as i64,
-    );
+    let storage_alloc = storage_allocatable(ctx, storage);
     let mut allocatable = capacity.clone();
     allocatable.insert("cpu", format_millicpu(cpu_alloc));
     allocatable.insert("memory", format_bytes(mem_alloc));

@@ -1153,35 +1153,133 @@ impl Worker {
             return;
         }
         let volumes = self.limited_volumes();
-        if volumes.is_empty() {
+        let any_container_limit = self
+            .pod
+            .all_containers()
+            .any(|c| c.resources.ephemeral_limit.is_some());
+        // Checked on a timer from admission on: the containers with a
+        // limit may not have started yet.
+        if volumes.is_empty() && !any_container_limit {
             return;
         }
+        // The pod's own limit: its containers' together, as upstream's
+        // PodLimits counts them (init containers at their peak).
+        let pod_limit = any_container_limit.then(|| {
+            self.pod
+                .pod_total(|c| c.resources.ephemeral_limit.unwrap_or(0))
+        });
+        // Without a container limit there is nothing else to add up.
+        let (containers, disk_volumes) = if any_container_limit {
+            let disk_volumes: Vec<PathBuf> = self
+                .pod
+                .volumes
+                .iter()
+                .filter(|v| matches!(v.source, VolumeSource::EmptyDir { memory: false, .. }))
+                .map(|v| self.dir.join("volumes").join(&v.name))
+                .collect();
+            (self.limited_containers(), disk_volumes)
+        } else {
+            (Vec::new(), Vec::new())
+        };
         self.storage_check_at = Some(now + STORAGE_CHECK);
         self.storage_measuring = true;
         let verdicts = self.storage_verdicts.0.clone();
         let pod = self.pod.full_name();
         crate::rt::spawn(async move {
-            let mut verdict = None;
-            for (name, dir, limit, written) in volumes {
-                let used =
-                    crate::helpers::unblock(move || crate::runtime::disk_usage::disk_usage(&dir))
-                        .await;
-                match used {
-                    Ok(used) if used > limit => {
-                        verdict = Some(format!(
-                            "Usage of EmptyDir volume {name:?} exceeds the limit {written:?}. "
-                        ));
-                        break;
-                    }
-                    Ok(_) => {}
+            let measure = |dir: PathBuf| {
+                let pod = pod.clone();
+                async move {
+                let shown = dir.display().to_string();
+                match crate::helpers::unblock(move || crate::runtime::disk_usage::disk_usage(&dir))
+                    .await
+                {
+                    Ok(used) => Some(used),
                     // Not made yet (the sandbox comes with the first start).
-                    Err(e) if e.source == nix::errno::Errno::ENOENT => {}
-                    Err(e) => log::warn!("pod {pod}: measuring volume {name}: {e}"),
+                    Err(e) if e.source == nix::errno::Errno::ENOENT => None,
+                    Err(e) => {
+                        log::warn!("pod {pod}: measuring {shown}: {e}");
+                        None
+                    }
                 }
+                }
+            };
+            let mut verdict = None;
+            // In upstream's order: emptyDir limits, the pod's, each
+            // container's.
+            for (name, dir, limit, written) in volumes {
+                if measure(dir).await.is_some_and(|used| used > limit) {
+                    verdict = Some(format!(
+                        "Usage of EmptyDir volume {name:?} exceeds the limit {written:?}. "
+                    ));
+                    break;
+                }
+            }
+            if verdict.is_none() {
+                let mut pod_used = 0;
+                for dir in disk_volumes {
+                    pod_used += measure(dir).await.unwrap_or(0);
+                }
+                let mut over = None;
+                for (name, limit, written, dirs) in containers {
+                    let mut used = 0;
+                    for dir in dirs {
+                        used += measure(dir).await.unwrap_or(0);
+                    }
+                    pod_used += used;
+                    if over.is_none() && limit.is_some_and(|l| used > l) {
+                        over = Some(format!(
+                            "Container {name} exceeded its local ephemeral storage limit {written:?}. "
+                        ));
+                    }
+                }
+                verdict = match pod_limit {
+                    Some(limit) if pod_used > limit => Some(format!(
+                        "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+                        crate::quantity::format_bytes(limit)
+                    )),
+                    _ => over,
+                };
             }
             let _ = verdicts.send(verdict).await;
         })
         .detach();
+    }
+
+    /// The started instances of a pod's containers: (name, its
+    /// ephemeral-storage limit, as written, its writable layer and log
+    /// dir).
+    fn limited_containers(&self) -> Vec<(String, Option<u64>, String, Vec<PathBuf>)> {
+        let written = |name: &str| -> String {
+            let spec = self.pod.manifest.spec.as_ref();
+            spec.into_iter()
+                .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+                .find(|c| c.name == name)
+                .and_then(|c| {
+                    c.resources
+                        .as_ref()?
+                        .limits
+                        .as_ref()?
+                        .get("ephemeral-storage")
+                })
+                .map(|q| q.0.clone())
+                .unwrap_or_default()
+        };
+        let logs = self.ctx.config.pod_logs_dir.join(self.pod.log_dir_name());
+        self.containers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let id = c.record.view.container_id.as_ref()?;
+                let spec = self.pod.container(i);
+                let upper = Bundle::new(&self.dir, id).dir.join("upper");
+                Some((
+                    spec.name.clone(),
+                    spec.resources.ephemeral_limit,
+                    written(&spec.name),
+                    vec![upper, logs.join(&spec.name)],
+                ))
+            })
+            .collect()
     }
 
     /// Ends the pod for good, as upstream's eviction manager does: its

@@ -260,6 +260,9 @@ pub struct Resources {
     /// Extended resources (a device plugin's `example.com/dongle`): the
     /// request, which is also the limit.
     pub extended: BTreeMap<String, u64>,
+    /// Local ephemeral storage (writable layer, logs, disk emptyDirs), bytes.
+    pub ephemeral_request: Option<u64>,
+    pub ephemeral_limit: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

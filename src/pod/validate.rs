@@ -1256,7 +1256,9 @@ fn resource(
 ) -> Result<Option<u128>, PodError> {
     let Some(list) = list else { return Ok(None) };
     for key in list.keys() {
-        if key != "cpu" && key != "memory" && !is_extended_resource(key) {
+        if !matches!(key.as_str(), "cpu" | "memory" | "ephemeral-storage")
+            && !is_extended_resource(key)
+        {
             return Err(unsupported(format!("{field}.{key}")));
         }
     }
@@ -1497,6 +1499,23 @@ fn convert_container(
         1000,
     )
     .or(memory_limit);
+    let ephemeral_limit = to_u64(
+        resource(limits, &format!("{rfield}.limits"), "ephemeral-storage")?,
+        1000,
+    );
+    let ephemeral_request = to_u64(
+        resource(requests, &format!("{rfield}.requests"), "ephemeral-storage")?,
+        1000,
+    )
+    .or(ephemeral_limit);
+    if let (Some(r), Some(l)) = (ephemeral_request, ephemeral_limit)
+        && r > l
+    {
+        return Err(invalid(
+            format!("{rfield}.requests.ephemeral-storage"),
+            "must not exceed the limit",
+        ));
+    }
     if let (Some(r), Some(l)) = (memory_request, memory_limit)
         && r > l
     {
@@ -1614,6 +1633,8 @@ fn convert_container(
             memory_request,
             memory_limit,
             extended,
+            ephemeral_request,
+            ephemeral_limit,
         },
         mounts,
     })
@@ -1870,7 +1891,8 @@ mod tests {
         assert_eq!(c(json!({})).unwrap().containers[0].input, Input::default());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 8080}]})).is_ok());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 70000}]})).is_err());
-        assert!(c(json!({"resources": {"limits": {"ephemeral-storage": "1Gi"}}})).is_err());
+        assert!(c(json!({"resources": {"limits": {"hugepages-2Mi": "2Mi"}}})).is_err());
+        assert!(c(json!({"resources": {"limits": {"ephemeral-storage": "1Gi"}}})).is_ok());
         assert!(
             c(json!({"ports": [{"containerPort": 80, "hostPort": 80, "hostIP": "::1"}]})).is_ok()
         );
