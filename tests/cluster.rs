@@ -2925,3 +2925,125 @@ fn pods_with_affinity_tolerations_and_spread_run_as_upstream_admits_them() {
     api.kubectl_ok(&["delete", "pod", "--all", "--wait=false"], None);
     agent.wait_for("the pods gone", T, |a| a.records().is_empty().then_some(()));
 }
+
+/// `kubectl debug` as a user runs it: an ephemeral container added through
+/// the `ephemeralcontainers` subresource, started in the running pod,
+/// seeing its target's processes, attached to, and reported in
+/// `ephemeralContainerStatuses`; the pod itself undisturbed.
+#[test]
+fn kubectl_debug_runs_an_ephemeral_container_beside_its_target() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let mut agent = Agent::join(&registry, &api, "edge-23", &[]);
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&pod_manifest("target", &image, "", "exec sleep 3600")),
+    );
+    wait(&agent, "the pod running", T, || {
+        running(&api, "target").then_some(())
+    });
+    // Interactive, its input piped: the shell reads its commands from it.
+    let (_, out, err) = api.kubectl(
+        &[
+            "debug",
+            "-i",
+            "--profile=general",
+            "pod/target",
+            &format!("--image={image}"),
+            "--target=main",
+            "-c",
+            "dbg",
+            "--",
+            "sh",
+        ],
+        Some("ps -o pid,args; echo in $(hostname)\nexit 0\n"),
+    );
+    assert!(
+        out.contains("sleep 3600"),
+        "the target's processes:\n{out}\n{err}\n{}",
+        agent.log()
+    );
+    assert!(out.contains("in target"), "the pod's UTS namespace:\n{out}");
+    let pod = wait(&agent, "the debug container ended", T, || {
+        let p = get(&api, &["get", "pod", "target"])?;
+        let state = &p["status"]["ephemeralContainerStatuses"][0]["state"];
+        (state["terminated"]["exitCode"] == 0).then_some(p)
+    });
+    let status = &pod["status"];
+    assert_eq!(status["ephemeralContainerStatuses"][0]["name"], "dbg");
+    assert_eq!(status["ephemeralContainerStatuses"][0]["restartCount"], 0);
+    assert_eq!(status["containerStatuses"][0]["restartCount"], 0);
+    assert!(running(&api, "target"), "{status:#}");
+    // Never restarted; its log stays readable.
+    let logs = api.kubectl_ok(&["logs", "target", "-c", "dbg"], None);
+    assert!(logs.contains("sleep 3600"), "{logs}");
+    // A second one without a target has a PID namespace of its own.
+    api.kubectl_ok(
+        &[
+            "debug",
+            "pod/target",
+            "--profile=general",
+            &format!("--image={image}"),
+            "-c",
+            "alone",
+            "--",
+            "sh",
+            "-c",
+            "ps -o args; sleep 3600",
+        ],
+        None,
+    );
+    wait(&agent, "the second debug container running", T, || {
+        let p = get(&api, &["get", "pod", "target"])?;
+        let state = &p["status"]["ephemeralContainerStatuses"][1]["state"];
+        state["running"].is_object().then_some(())
+    });
+    let logs = wait(&agent, "its output", T, || {
+        let (ok, out, _) = api.kubectl(&["logs", "target", "-c", "alone"], None);
+        (ok && out.contains("ps -o args")).then_some(out)
+    });
+    assert!(!logs.lines().any(|l| l.trim() == "sleep 3600"), "{logs}");
+    // An agent killed and started again adopts it: same instance, and the
+    // ended one is not run again.
+    let before =
+        get(&api, &["get", "pod", "target"]).unwrap()["status"]["ephemeralContainerStatuses"]
+            .clone();
+    let adopted = |agent: &Agent| agent.log().matches("adopting pod default/target").count();
+    let adoptions = adopted(&agent);
+    agent.kill9();
+    agent.spawn();
+    wait(&agent, "the pod adopted", T, || {
+        (adopted(&agent) > adoptions).then_some(())
+    });
+    // A window for a restart that must not come.
+    std::thread::sleep(Duration::from_secs(3));
+    let after =
+        get(&api, &["get", "pod", "target"]).unwrap()["status"]["ephemeralContainerStatuses"]
+            .clone();
+    assert_eq!(after[1]["containerID"], before[1]["containerID"]);
+    assert!(after[1]["state"]["running"].is_object(), "{after:#}");
+    assert_eq!(after[0]["state"]["terminated"]["exitCode"], 0, "{after:#}");
+    assert_eq!(after[0]["restartCount"], 0);
+    // What the API server refuses, as upstream's validation does.
+    let (ok, _, err) = api.kubectl(
+        &[
+            "debug",
+            "pod/target",
+            &format!("--image={image}"),
+            "--target=nosuch",
+            "-c",
+            "lost",
+        ],
+        None,
+    );
+    assert!(!ok && err.contains("targetContainerName"), "{err}");
+    // Deleting the pod stops its debug container with it.
+    api.kubectl_ok(&["delete", "pod", "target", "--wait=false"], None);
+    wait(&agent, "the pod gone", T, || {
+        get(&api, &["get", "pod", "target"]).is_none().then_some(())
+    });
+    wait(&agent, "nothing left in the runtime", T, || {
+        agent.runtime_containers().is_empty().then_some(())
+    });
+}

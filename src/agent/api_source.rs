@@ -26,6 +26,9 @@ pub struct ApiPods {
     pub deleting: HashMap<String, (PodRef, Option<Duration>)>,
     /// Pods refused: reason and message for their status.
     pub rejected: Vec<(PodRef, String, String)>,
+    /// Running pods whose new spec nanolet cannot take (an ephemeral
+    /// container it cannot run): they go on as they were, with why.
+    pub kept: HashMap<String, String>,
 }
 
 fn text<'a>(object: &'a Value, pointer: &str) -> &'a str {
@@ -79,6 +82,9 @@ pub fn sort(
                     continue;
                 }
                 pods.run.insert(uid.clone(), pod);
+            }
+            Err(e) if running(uid) => {
+                pods.kept.insert(uid.clone(), e.to_string());
             }
             Err(e) => {
                 let reason = match e {
@@ -140,7 +146,11 @@ mod tests {
         );
         objects.insert(
             "c".into(),
-            pod("c", json!({}), json!({"ephemeralContainers": []})),
+            pod(
+                "c",
+                json!({}),
+                json!({"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"hugepages-2Mi": "2Mi"}}}]}),
+            ),
         );
         let mut done = pod("d", json!({}), json!({}));
         done["status"]["phase"] = json!("Succeeded");
@@ -160,8 +170,12 @@ mod tests {
         rejected.sort_by(|a, b| a.0.uid.cmp(&b.0.uid));
         assert_eq!(rejected.len(), 2);
         assert_eq!(rejected[0].1, "UnsupportedPodSpec");
-        assert!(rejected[0].2.contains("spec.ephemeralContainers"));
+        assert!(rejected[0].2.contains("hugepages-2Mi"), "{}", rejected[0].2);
         assert_eq!(rejected[1].1, "NodeAffinity");
+        // One that runs goes on as it was, its new spec ignored.
+        let running_c = sort(&objects, &node, |uid| uid == "c");
+        assert!(running_c.kept["c"].contains("hugepages-2Mi"));
+        assert!(!running_c.rejected.iter().any(|r| r.0.uid == "c"));
         // A terminal pod that still runs here stays.
         assert!(
             sort(&objects, &node, |uid| uid == "d")

@@ -380,6 +380,8 @@ pub async fn run(
     let mut reported: Option<Vec<Rejected>> = None;
     let mut unreadable_logged = false;
     let mut rejected_reported: HashSet<String> = HashSet::new();
+    // Running pods whose update was ignored, logged once.
+    let mut kept_reported: HashSet<String> = HashSet::new();
     let mut delete_requested: HashSet<String> = HashSet::new();
     let registered_node = admission::NodeView {
         name: ctx.config.node_name.clone(),
@@ -472,6 +474,13 @@ pub async fn run(
                 }
                 if let Some((_, grace)) = sorted.deleting.get(uid) {
                     handle.terminate(*grace);
+                } else if let Some(why) = sorted.kept.get(uid) {
+                    if kept_reported.insert(uid.clone()) {
+                        log::warn!(
+                            "pod {}: its update is ignored: {why}",
+                            handle.pod.full_name()
+                        );
+                    }
                 } else if !sorted.run.contains_key(uid) {
                     handle.terminate(None);
                 }
@@ -526,6 +535,7 @@ pub async fn run(
             if let Some(reflector) = &api_pods {
                 let snapshot = reflector.snapshot();
                 rejected_reported.retain(|uid| snapshot.objects.contains_key(uid));
+                kept_reported.retain(|uid| snapshot.objects.contains_key(uid));
             }
             for (uid, (pod, _)) in &sorted.deleting {
                 if !workers.contains_key(uid) && delete_requested.insert(uid.clone()) {

@@ -63,6 +63,35 @@ struct ContainerState {
     probes: ProbeTracker,
 }
 
+impl ContainerState {
+    /// A container's state from its saved record, or a fresh one.
+    fn of(c: &Container, saved: &[ContainerRecord]) -> ContainerState {
+        ContainerState {
+            record: saved
+                .iter()
+                .find(|r| r.view.name == c.name)
+                .cloned()
+                .unwrap_or_else(|| ContainerRecord {
+                    view: ContainerView {
+                        name: c.name.clone(),
+                        image: c.image.clone(),
+                        ..Default::default()
+                    },
+                    stop_signal: None,
+                    from_old_sandbox: false,
+                }),
+            exited_at: None,
+            restart_backoff: Backoff::default(),
+            setup_backoff: Backoff::default(),
+            setup_failed_at: None,
+            retry_at: None,
+            restart_for_update: false,
+            kill_at: None,
+            probes: ProbeTracker::default(),
+        }
+    }
+}
+
 pub struct Worker {
     ctx: Rc<Context>,
     pod: Pod,
@@ -218,30 +247,8 @@ impl Worker {
             .flatten()
             .unwrap_or_default();
         let containers = pod
-            .all_containers()
-            .map(|c| ContainerState {
-                record: saved
-                    .iter()
-                    .find(|r| r.view.name == c.name)
-                    .cloned()
-                    .unwrap_or_else(|| ContainerRecord {
-                        view: ContainerView {
-                            name: c.name.clone(),
-                            image: c.image.clone(),
-                            ..Default::default()
-                        },
-                        stop_signal: None,
-                        from_old_sandbox: false,
-                    }),
-                exited_at: None,
-                restart_backoff: Backoff::default(),
-                setup_backoff: Backoff::default(),
-                setup_failed_at: None,
-                retry_at: None,
-                restart_for_update: false,
-                kill_at: None,
-                probes: ProbeTracker::default(),
-            })
+            .every_container()
+            .map(|c| ContainerState::of(c, &saved))
             .collect();
         let (exits_tx, exits_rx) = smol::channel::unbounded();
         let evicted = std::fs::read_to_string(dir_evicted(&dir))
@@ -399,14 +406,32 @@ impl Worker {
         };
         let same_containers = names(&pod) == names(&self.pod)
             && pod.init_containers.len() == self.pod.init_containers.len();
-        if !same_containers {
+        // Ephemeral containers are only ever added, as the API server
+        // allows, but a patch may list them in another order: the worker
+        // keeps its own, the new ones last.
+        let mut pod = pod;
+        let mut ordered = Vec::with_capacity(pod.ephemeral_containers.len());
+        for known in &self.pod.ephemeral_containers {
+            match pod.ephemeral_containers.iter().position(|c| c == known) {
+                Some(at) => ordered.push(pod.ephemeral_containers.remove(at)),
+                None => break,
+            }
+        }
+        if !same_containers || ordered.len() != self.pod.ephemeral_containers.len() {
             log::warn!("pod {name}: its containers changed in the API server; ignoring");
             return;
         }
+        let added = std::mem::replace(&mut pod.ephemeral_containers, ordered);
+        pod.ephemeral_containers.extend(added.iter().cloned());
         let old = std::mem::replace(&mut self.pod, pod);
         self.volumes_written = None;
         let now = Instant::now();
-        for i in 0..self.containers.len() {
+        let known = self.containers.len();
+        for c in &added {
+            log::info!("pod {name}: ephemeral container {} added", c.name);
+            self.containers.push(ContainerState::of(c, &[]));
+        }
+        for i in 0..known {
             let image = self.pod.container(i).image.clone();
             if old.container(i).image == image {
                 continue;
@@ -901,6 +926,7 @@ impl Worker {
     fn wants_restart(&self, i: usize, terminated: &Terminated) -> bool {
         match self.pod.container(i).role {
             ContainerRole::Sidecar => !self.completing,
+            ContainerRole::Ephemeral => false,
             ContainerRole::Init => {
                 terminated.exit_code != 0 && self.pod.restart_policy != RestartPolicy::Never
             }
@@ -999,34 +1025,54 @@ impl Worker {
                 .is_some_and(|t| t.exit_code != 0);
             self.pod.container(i).role == ContainerRole::Init && failed && over(i)
         });
-        let regular_done = (n_init..self.containers.len()).all(over);
+        let regular_done = (n_init..n_init + self.pod.containers.len()).all(over);
         if !(init_failed || regular_done) {
             return;
         }
         self.completing = true;
         let now = Instant::now();
         for i in (0..n_init).rev() {
-            if self.pod.container(i).role != ContainerRole::Sidecar {
-                continue;
+            if self.pod.container(i).role == ContainerRole::Sidecar {
+                self.stop_container(i, now).await;
             }
-            let c = &mut self.containers[i];
-            let Some(id) = c.record.view.container_id.clone() else {
-                continue;
-            };
-            if c.record.view.terminated.is_some() {
-                continue;
-            }
-            c.kill_at = Some(now + self.pod.termination_grace);
-            let signal = c.record.stop_signal();
-            let name = c.record.view.name.clone();
-            self.event(
-                Some(&name),
-                EventType::Normal,
-                "Killing",
-                format!("Stopping container {name}"),
-            );
-            if let Err(e) = self.ctx.runtime.kill(&id, &signal).await {
-                log::warn!("pod {}: {e}", self.pod.full_name());
+        }
+    }
+
+    /// Sends a running container its stop signal, SIGKILL to follow after
+    /// the pod's grace period.
+    async fn stop_container(&mut self, i: usize, now: Instant) {
+        let c = &mut self.containers[i];
+        let Some(id) = c.record.view.container_id.clone() else {
+            return;
+        };
+        if c.record.view.terminated.is_some() {
+            return;
+        }
+        c.kill_at = Some(now + self.pod.termination_grace);
+        let signal = c.record.stop_signal();
+        let name = c.record.view.name.clone();
+        self.event(
+            Some(&name),
+            EventType::Normal,
+            "Killing",
+            format!("Stopping container {name}"),
+        );
+        if let Err(e) = self.ctx.runtime.kill(&id, &signal).await {
+            log::warn!("pod {}: {e}", self.pod.full_name());
+        }
+    }
+
+    /// A pod that has ended keeps no debugging container: upstream stops
+    /// every container of a terminal pod, and its sandbox goes after them.
+    async fn stop_ephemeral_when_done(&mut self) {
+        if !self.phase_is_terminal() {
+            return;
+        }
+        let now = Instant::now();
+        let first = self.pod.init_containers.len() + self.pod.containers.len();
+        for i in first..self.containers.len() {
+            if self.containers[i].kill_at.is_none() {
+                self.stop_container(i, now).await;
             }
         }
     }
@@ -1144,12 +1190,7 @@ impl Worker {
             return;
         }
         let critical = super::eviction::is_critical(&self.pod);
-        let finished = self
-            .last_status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed");
-        if critical || finished {
+        if critical || self.phase_is_terminal() {
             return;
         }
         let volumes = self.limited_volumes();
@@ -1364,13 +1405,16 @@ impl Worker {
 
     /// Whether nothing of the pod runs or will run again: it succeeded, it
     /// failed for good, or it was evicted and its containers are gone.
+    /// The status written last says the pod has ended.
+    fn phase_is_terminal(&self) -> bool {
+        self.last_status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+    }
+
     fn ran_to_its_end(&self) -> bool {
-        let terminal = self.evicted.is_some()
-            || self
-                .last_status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        let terminal = self.evicted.is_some() || self.phase_is_terminal();
         terminal
             && self.containers.iter().all(|c| {
                 c.record.view.running_since.is_none() || c.record.view.terminated.is_some()
@@ -1444,6 +1488,7 @@ impl Worker {
             return false;
         }
         self.stop_sidecars_when_done().await;
+        self.stop_ephemeral_when_done().await;
         let n_init = self.pod.init_containers.len();
         // A killed pause took the pod's processes and its PID namespace.
         if self.pod.share_process_namespace
@@ -1470,16 +1515,24 @@ impl Worker {
             }
         }
         let frontier = self.init_frontier();
+        let n_regular_end = n_init + self.pod.containers.len();
+        let finished = self.sandbox_released || self.completing || self.phase_is_terminal();
         let mut to_start = Vec::new();
         for i in 0..self.containers.len() {
             if self.containers[i].retry_at.is_some() {
                 continue;
             }
-            // Init containers one after the other; regular ones after all.
+            // Init containers one after the other; regular ones after all;
+            // ephemeral ones whenever the pod has not finished, as upstream.
             let gated = if i < n_init {
                 i > frontier
-            } else {
+            } else if i < n_regular_end {
                 frontier < n_init
+            } else {
+                if finished {
+                    continue;
+                }
+                false
             };
             if gated {
                 let view = &mut self.containers[i].record.view;
@@ -1921,6 +1974,20 @@ impl Worker {
                 return;
             }
         };
+        let paths = match self.paths_for(&spec_container).await {
+            Ok(paths) => paths,
+            Err(message) => {
+                log::warn!("pod {}: {message}", self.pod.full_name());
+                self.event(
+                    cname,
+                    EventType::Warning,
+                    "Failed",
+                    format!("Error: {message}"),
+                );
+                self.setup_failed(i, "CreateContainerError", message);
+                return;
+            }
+        };
         let id = crate::state::random_hex();
         let bundle = Bundle::new(&self.dir, &id);
         let qos = self.pod.qos;
@@ -1933,7 +2000,7 @@ impl Worker {
             env,
             image: image.config.clone(),
             layers: image.layers.clone(),
-            paths: self.paths.clone(),
+            paths,
             cgroups_path: self.ctx.cgroups.container_path(qos, &self.pod.uid, &id),
             cgroup_version: self.ctx.cgroups.version,
             memory_capacity: self.ctx.memory_capacity,
@@ -2061,6 +2128,37 @@ impl Worker {
             }
         }
         self.prune_logs(i);
+    }
+
+    /// The sandbox's paths as `container` joins them: an ephemeral
+    /// container with a target joins the target's PID namespace, which
+    /// must run (upstream's runtimes refuse otherwise).
+    async fn paths_for(&self, container: &Container) -> Result<Option<PodPaths>, String> {
+        let Some(target) = &container.target else {
+            return Ok(self.paths.clone());
+        };
+        let not_running = || format!("target container {target:?} is not running");
+        let id = self
+            .containers
+            .iter()
+            .find(|c| &c.record.view.name == target)
+            .filter(|c| c.record.view.terminated.is_none())
+            .and_then(|c| c.record.view.container_id.clone())
+            .ok_or_else(not_running)?;
+        let state = self
+            .ctx
+            .runtime
+            .state(&id)
+            .await
+            .map_err(|e| e.to_string())?
+            .filter(|s| s.pid > 0 && s.status == "running")
+            .ok_or_else(not_running)?;
+        Ok(self.paths.clone().map(|mut paths| {
+            if !self.pod.host_pid {
+                paths.pid_ns = Some(PathBuf::from(format!("/proc/{}/ns/pid", state.pid)));
+            }
+            paths
+        }))
     }
 
     fn setup_failed(&mut self, i: usize, reason: &str, message: String) {

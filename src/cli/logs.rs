@@ -46,8 +46,10 @@ fn find_container(record: &PodRecord, wanted: Option<&str>) -> Result<(String, u
         .as_deref()
         .unwrap_or_default();
     let names: Vec<&str> = statuses.iter().map(|s| s.name.as_str()).collect();
+    // Named, any container of the pod, init and ephemeral ones too.
+    let mut every = crate::pod::status::every_container_status(&record.status);
     let status = match wanted {
-        Some(name) => statuses.iter().find(|s| s.name == name).ok_or_else(|| {
+        Some(name) => every.find(|s| s.name == name).ok_or_else(|| {
             CliError::NotFound(format!(
                 "container {name} is not valid for pod {}: choose one of [{}]",
                 record.name,
@@ -79,7 +81,7 @@ fn container_running(
     if now.terminating {
         return false;
     }
-    now.status.container_statuses.iter().flatten().any(|s| {
+    crate::pod::status::every_container_status(&now.status).any(|s| {
         let restarts = s.restart_count.max(0) as u32;
         let running = s.state.as_ref().is_none_or(|st| st.terminated.is_none());
         s.name == container

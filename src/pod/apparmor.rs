@@ -85,7 +85,7 @@ pub fn from_annotation(
 /// RuntimeDefault needs the default profile the agent loads (a privileged
 /// container runs without it, as under containerd, so it needs nothing).
 pub fn admit(pod: &Pod, host: HostAppArmor) -> Result<(), PodError> {
-    for container in pod.all_containers() {
+    for container in pod.every_container() {
         let profile = container.security.apparmor.as_ref();
         match (profile, host) {
             (None | Some(AppArmorProfile::Unconfined), _) => {}

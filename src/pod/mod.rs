@@ -119,6 +119,9 @@ pub struct Pod {
     /// Run in order before `containers`; sidecars among them keep running.
     pub init_containers: Vec<Container>,
     pub containers: Vec<Container>,
+    /// Added to a running pod (`kubectl debug`), never restarted or
+    /// removed; after the others in [`Pod::container`]'s numbering.
+    pub ephemeral_containers: Vec<Container>,
     /// Secrets (dockerconfigjson) with registry credentials for pulls.
     pub image_pull_secrets: Vec<String>,
     pub qos: QosClass,
@@ -154,6 +157,9 @@ pub struct Container {
     /// What the container's stdin is: nothing, a pipe that `attach` writes
     /// to, or (with `tty`) the container's own terminal.
     pub input: Input,
+    /// An ephemeral container's `targetContainerName`: it joins that
+    /// container's PID namespace.
+    pub target: Option<String>,
 }
 
 /// A container's stdin and terminal (`stdin`, `stdinOnce`, `tty`); also
@@ -204,6 +210,9 @@ pub enum ContainerRole {
     /// An init container with `restartPolicy: Always`: started in order,
     /// kept running, stopped after the regular containers.
     Sidecar,
+    /// Started once in a running pod, whatever its init containers do;
+    /// never restarted, counted in no readiness, phase or resources.
+    Ephemeral,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,7 +426,8 @@ impl Pod {
         format!("{}_{}_{}", self.namespace, self.name, self.uid)
     }
 
-    /// Init containers, then regular ones: the pod worker's numbering.
+    /// Init containers, then regular ones: what the pod is made of (its
+    /// resources, QoS, readiness), without ephemeral containers.
     pub fn all_containers(&self) -> impl Iterator<Item = &Container> {
         self.init_containers.iter().chain(&self.containers)
     }
@@ -449,10 +459,21 @@ impl Pod {
     }
 
     /// Container `i` in [`Pod::all_containers`] order.
+    /// Init, regular and ephemeral containers, numbered in that order.
     pub fn container(&self, i: usize) -> &Container {
+        let regular_end = self.init_containers.len() + self.containers.len();
+        if let Some(ephemeral) = i.checked_sub(regular_end) {
+            return &self.ephemeral_containers[ephemeral];
+        }
         match i.checked_sub(self.init_containers.len()) {
             Some(regular) => &self.containers[regular],
             None => &self.init_containers[i],
         }
+    }
+
+    /// Every container the pod runs, ephemeral ones last, in
+    /// [`Pod::container`]'s numbering.
+    pub fn every_container(&self) -> impl Iterator<Item = &Container> {
+        self.all_containers().chain(&self.ephemeral_containers)
     }
 }

@@ -217,7 +217,7 @@ pub fn references(pod: &Pod) -> References {
     for name in &pod.image_pull_secrets {
         add(&mut refs.secrets, name);
     }
-    for container in pod.all_containers() {
+    for container in pod.every_container() {
         for var in &container.env {
             match &var.value {
                 EnvValue::ConfigMapKey { name, .. } => add(&mut refs.config_maps, name),

@@ -125,6 +125,18 @@ pub fn mark_ended(status: &mut core::PodStatus, reason: &str, message: &str) {
     }
 }
 
+/// The statuses of every container of a pod: regular, init, ephemeral.
+pub fn every_container_status(
+    status: &core::PodStatus,
+) -> impl Iterator<Item = &core::ContainerStatus> {
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .chain(status.ephemeral_container_statuses.iter().flatten())
+}
+
 /// An init container that failed and will not run again: the pod failed.
 fn init_failed(pod: &Pod, role: ContainerRole, view: &ContainerView) -> bool {
     role == ContainerRole::Init
@@ -133,7 +145,7 @@ fn init_failed(pod: &Pod, role: ContainerRole, view: &ContainerView) -> bool {
 }
 
 /// The status of `pod` from its containers' views, in
-/// [`Pod::all_containers`] order.
+/// [`Pod::container`]'s numbering.
 pub fn pod_status(
     pod: &Pod,
     views: &[ContainerView],
@@ -196,6 +208,12 @@ pub fn pod_status(
             }
         })
         .collect();
+    // Ephemeral containers are never ready and count in nothing else.
+    let regular_end = (pod.init_containers.len() + pod.containers.len()).min(statuses.len());
+    let mut ephemeral_statuses = statuses.split_off(regular_end);
+    for status in &mut ephemeral_statuses {
+        status.ready = false;
+    }
     let n_init = pod.init_containers.len().min(statuses.len());
     let statuses_of_init: Vec<core::ContainerStatus> = statuses.drain(..n_init).collect();
     let mut init_statuses = statuses_of_init;
@@ -265,6 +283,8 @@ pub fn pod_status(
         ]),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         start_time: Some(time(start_time)),
         pod_ip: pod_ips.first().cloned(),
         pod_ips: (!pod_ips.is_empty()).then(|| {

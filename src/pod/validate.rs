@@ -296,6 +296,9 @@ const CONTAINER: &[(&str, Shape)] = &[
     ("stdin", Leaf),
     ("stdinOnce", Leaf),
     ("tty", Leaf),
+    // Ephemeral containers only (the typed Pod drops it elsewhere, as the
+    // API server does).
+    ("targetContainerName", Leaf),
     // Init containers only: `Always` makes a sidecar.
     ("restartPolicy", Leaf),
     (
@@ -450,6 +453,7 @@ const VOLUME: &[(&str, Shape)] = &[
 const SPEC: &[(&str, Shape)] = &[
     ("containers", ListOf(CONTAINER)),
     ("initContainers", ListOf(CONTAINER)),
+    ("ephemeralContainers", ListOf(CONTAINER)),
     ("restartPolicy", Leaf),
     ("terminationGracePeriodSeconds", Leaf),
     ("activeDeadlineSeconds", Leaf),
@@ -883,12 +887,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             let field = format!("{list}[{i}]");
             let mut container =
                 convert_container(c, &field, host_network, &volumes, pod_seccomp.clone())?;
-            if container.security.proc_unmasked && host_users {
-                return Err(invalid(
-                    format!("{field}.securityContext.procMount"),
-                    "`hostUsers` must be false to use `Unmasked`",
-                ));
-            }
+            check_proc_mount(&container, host_users, &field)?;
             container.security.apparmor = match apparmor::from_field(
                 &format!("{field}.securityContext"),
                 c.security_context
@@ -943,8 +942,50 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         }
     }
     let qos = qos_class(&[init_containers.as_slice(), containers.as_slice()].concat());
+    let mut ephemeral_containers = Vec::new();
+    for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
+        let field = format!("spec.ephemeralContainers[{i}]");
+        let mut container = convert_ephemeral(c, &field, host_network, &volumes, &pod_seccomp)?;
+        check_proc_mount(&container, host_users, &field)?;
+        container.security.apparmor = match apparmor::from_field(
+            &format!("{field}.securityContext"),
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.app_armor_profile.as_ref()),
+        )? {
+            Some(own) => Some(own),
+            None => apparmor::from_annotation(meta.annotations.as_ref(), &c.name)?
+                .or_else(|| pod_apparmor.clone()),
+        };
+        let named_before = init_containers
+            .iter()
+            .chain(&containers)
+            .chain(&ephemeral_containers);
+        if named_before
+            .into_iter()
+            .any(|other: &Container| other.name == container.name)
+        {
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("duplicate name {:?}", container.name),
+            ));
+        }
+        if let Some(target) = &container.target
+            && !init_containers
+                .iter()
+                .chain(&containers)
+                .any(|o| &o.name == target)
+        {
+            return Err(invalid(
+                format!("{field}.targetContainerName"),
+                format!("container {target:?} not found in the pod"),
+            ));
+        }
+        ephemeral_containers.push(container);
+    }
     Ok(Pod {
         init_containers,
+        ephemeral_containers,
         uid,
         namespace,
         name,
@@ -1313,6 +1354,68 @@ fn extended_resources(
     Ok(extended)
 }
 
+fn check_proc_mount(container: &Container, host_users: bool, field: &str) -> Result<(), PodError> {
+    if container.security.proc_unmasked && host_users {
+        return Err(invalid(
+            format!("{field}.securityContext.procMount"),
+            "`hostUsers` must be false to use `Unmasked`",
+        ));
+    }
+    Ok(())
+}
+
+/// An ephemeral container is a container without what upstream forbids
+/// it (ports, probes, hooks, resources, restart or resize policy), and
+/// with an optional target for its PID namespace.
+fn convert_ephemeral(
+    c: &core::EphemeralContainer,
+    field: &str,
+    host_network: bool,
+    volumes: &[Volume],
+    pod_seccomp: &Option<SeccompProfile>,
+) -> Result<Container, PodError> {
+    let forbidden = [
+        ("ports", c.ports.as_ref().is_some_and(|p| !p.is_empty())),
+        ("livenessProbe", c.liveness_probe.is_some()),
+        ("readinessProbe", c.readiness_probe.is_some()),
+        ("startupProbe", c.startup_probe.is_some()),
+        ("lifecycle", c.lifecycle.is_some()),
+        (
+            "resources",
+            c.resources.as_ref().is_some_and(|r| {
+                r.limits.as_ref().is_some_and(|l| !l.is_empty())
+                    || r.requests.as_ref().is_some_and(|l| !l.is_empty())
+            }),
+        ),
+        ("resizePolicy", c.resize_policy.is_some()),
+        ("restartPolicy", c.restart_policy.is_some()),
+    ];
+    if let Some((name, _)) = forbidden.iter().find(|(_, set)| *set) {
+        return Err(invalid(
+            format!("{field}.{name}"),
+            "Forbidden: cannot be set for an Ephemeral Container",
+        ));
+    }
+    // The same fields as a container's, but one: a round trip through the
+    // wire form converts it.
+    let mut wire = serde_json::to_value(c).map_err(|e| invalid(field.to_owned(), e.to_string()))?;
+    if let Some(fields) = wire.as_object_mut() {
+        fields.remove("targetContainerName");
+    }
+    let as_container: core::Container =
+        serde_json::from_value(wire).map_err(|e| invalid(field.to_owned(), e.to_string()))?;
+    let mut container = convert_container(
+        &as_container,
+        field,
+        host_network,
+        volumes,
+        pod_seccomp.clone(),
+    )?;
+    container.role = ContainerRole::Ephemeral;
+    container.target = c.target_container_name.clone().filter(|t| !t.is_empty());
+    Ok(container)
+}
+
 fn convert_container(
     c: &core::Container,
     field: &str,
@@ -1605,6 +1708,7 @@ fn convert_container(
         termination_message_from_logs,
         input,
         role: ContainerRole::Regular,
+        target: None,
         name: c.name.clone(),
         image,
         pull_policy,
@@ -1771,16 +1875,48 @@ mod tests {
             err.to_string(),
             "spec.containers[0].livenessProbe.unknownField: not supported by nanolet yet"
         );
-        let err = validate(
-            &pod(json!({"containers": [{"name": "c", "image": "b"}], "ephemeralContainers": []})),
-            "f",
-            "u",
-        )
-        .unwrap_err();
-        assert!(
-            err.to_string().starts_with("spec.ephemeralContainers"),
-            "{err}"
-        );
+    }
+
+    #[test]
+    fn ephemeral_containers_come_last_without_what_upstream_forbids_them() {
+        let with = |ephemeral: Value| {
+            validate(
+                &pod(json!({
+                    "initContainers": [{"name": "i", "image": "b"}],
+                    "containers": [{"name": "c", "image": "b"}],
+                    "ephemeralContainers": ephemeral,
+                })),
+                "f",
+                "u",
+            )
+        };
+        let p =
+            with(json!([{"name": "d", "image": "b", "stdin": true, "targetContainerName": "c"}]))
+                .unwrap();
+        let d = p.container(2);
+        assert_eq!((d.name.as_str(), d.role), ("d", ContainerRole::Ephemeral));
+        assert_eq!(d.target.as_deref(), Some("c"));
+        assert!(d.input.stdin);
+        assert_eq!(p.all_containers().count(), 2);
+        assert_eq!(p.every_container().count(), 3);
+        for (field, value) in [
+            ("ports", json!([{"containerPort": 80}])),
+            ("readinessProbe", json!({"exec": {"command": ["true"]}})),
+            ("lifecycle", json!({"preStop": {"sleep": {"seconds": 1}}})),
+            ("resources", json!({"limits": {"cpu": "1"}})),
+        ] {
+            let mut c = json!({"name": "d", "image": "b"});
+            c[field] = value;
+            let err = with(json!([c])).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("spec.ephemeralContainers[0].{field}")),
+                "{err}"
+            );
+        }
+        let err = with(json!([{"name": "c", "image": "b"}])).unwrap_err();
+        assert!(err.to_string().contains("duplicate name"), "{err}");
+        let err = with(json!([{"name": "d", "image": "b", "targetContainerName": "x"}]));
+        assert!(err.unwrap_err().to_string().contains("targetContainerName"));
     }
 
     #[test]

@@ -78,12 +78,7 @@ async fn find_target(
     let record = super::pod_record(ctx, namespace, pod, uid).await?;
     // Upstream looks among running containers only, so one that does not
     // run is not found either, and answers 500.
-    let container_id = record
-        .status
-        .container_statuses
-        .iter()
-        .flatten()
-        .chain(record.status.init_container_statuses.iter().flatten())
+    let container_id = crate::pod::status::every_container_status(&record.status)
         .filter(|s| s.name == container)
         .filter(|s| s.state.as_ref().is_some_and(|s| s.running.is_some()))
         .find_map(|s| s.container_id.as_deref()?.split_once("://"))

@@ -804,6 +804,18 @@ fn merge_for_subresource(
             result["status"] = updated.get("status").cloned().unwrap_or(Value::Null);
             Ok(result)
         }
+        Some("ephemeralcontainers") => {
+            let mut result = current.clone();
+            let wanted = updated
+                .pointer("/spec/ephemeralContainers")
+                .cloned()
+                .unwrap_or(Value::Null);
+            result["spec"]["ephemeralContainers"] =
+                ephemeral_containers(current, wanted).map_err(|(field, message)| {
+                    ApiError::invalid("Pod", name_of(current), &field, &message)
+                })?;
+            Ok(result)
+        }
         Some(other) => Err(ApiError::new(
             405,
             "MethodNotAllowed",
@@ -826,6 +838,114 @@ fn merge_for_subresource(
             Ok(updated)
         }
     }
+}
+
+/// The ephemeral containers after an update of that subresource, as
+/// upstream validates it: the existing ones unchanged and kept, new ones
+/// named uniquely, with an image, without what an ephemeral container may
+/// not have, targeting a container of the pod; new ones defaulted.
+fn ephemeral_containers(current: &Value, wanted: Value) -> Result<Value, (String, String)> {
+    let field = "spec.ephemeralContainers";
+    let existing: Vec<Value> = current
+        .pointer("/spec/ephemeralContainers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut wanted: Vec<Value> = match wanted {
+        Value::Null => Vec::new(),
+        Value::Array(list) => list,
+        _ => return Err((field.into(), "Invalid value: must be a list".into())),
+    };
+    // By name, as upstream: a strategic merge patch without an element
+    // order puts new items first.
+    for old in &existing {
+        let name = old["name"].as_str().unwrap_or("");
+        match wanted.iter().position(|w| w["name"] == old["name"]) {
+            None => {
+                return Err((
+                    field.into(),
+                    format!(
+                        "Forbidden: existing ephemeral containers \"{name}\" may not be removed"
+                    ),
+                ));
+            }
+            Some(at) => {
+                let mut defaulted = wanted[at].clone();
+                crate::defaults::default_container(&mut defaulted);
+                if defaulted != *old {
+                    return Err((
+                        format!("{field}[{at}]"),
+                        format!(
+                            "Forbidden: existing ephemeral containers \"{name}\" may not be changed"
+                        ),
+                    ));
+                }
+                wanted[at] = defaulted;
+            }
+        }
+    }
+    let spec = &current["spec"];
+    let regular: Vec<&str> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|list| spec.get(*list).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let forbidden = [
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+        "lifecycle",
+        "resizePolicy",
+        "restartPolicy",
+    ];
+    let mut names: Vec<String> = regular.iter().map(|n| (*n).to_owned()).collect();
+    for (i, c) in wanted.iter_mut().enumerate() {
+        let at = format!("{field}[{i}]");
+        let name = c["name"].as_str().unwrap_or("").to_owned();
+        if existing.iter().any(|old| old["name"] == c["name"]) {
+            names.push(name);
+            continue;
+        }
+        if name.is_empty() {
+            return Err((format!("{at}.name"), "Required value".into()));
+        }
+        if names.contains(&name) {
+            return Err((format!("{at}.name"), format!("Duplicate value: \"{name}\"")));
+        }
+        if c["image"].as_str().is_none_or(str::is_empty) {
+            return Err((format!("{at}.image"), "Required value".into()));
+        }
+        if let Some(set) = forbidden.iter().find(|f| !c[**f].is_null()) {
+            return Err((
+                format!("{at}.{set}"),
+                "Forbidden: cannot be set for an Ephemeral Container".into(),
+            ));
+        }
+        let resources = &c["resources"];
+        if ["limits", "requests"]
+            .iter()
+            .any(|k| resources[*k].as_object().is_some_and(|m| !m.is_empty()))
+        {
+            return Err((
+                format!("{at}.resources"),
+                "Forbidden: cannot be set for an Ephemeral Container".into(),
+            ));
+        }
+        if let Some(target) = c["targetContainerName"].as_str()
+            && !target.is_empty()
+            && !regular.contains(&target)
+        {
+            return Err((
+                format!("{at}.targetContainerName"),
+                format!("Not found: \"{target}\""),
+            ));
+        }
+        crate::defaults::default_container(c);
+        names.push(name);
+    }
+    Ok(Value::Array(wanted))
 }
 
 /// Pod specs are immutable but for container images and a few fields.

@@ -11,7 +11,7 @@ fn set_default(object: &mut Value, key: &str, value: Value) {
     }
 }
 
-fn default_container(container: &mut Value) {
+pub fn default_container(container: &mut Value) {
     let image = container
         .get("image")
         .and_then(Value::as_str)

@@ -57,7 +57,7 @@ pub const RESOURCES: &[Resource] = &[
         kind: "Pod",
         namespaced: true,
         short_names: &["po"],
-        subresources: &["status", "log", "binding"],
+        subresources: &["status", "log", "binding", "ephemeralcontainers"],
         has_status: true,
     },
     Resource {

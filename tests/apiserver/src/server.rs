@@ -674,7 +674,7 @@ impl Server {
                 self.to_kubelet((name, method, path), query, &[], body)
                     .await
             }
-            (&Method::GET, Some(name), None | Some("status")) => {
+            (&Method::GET, Some(name), None | Some("status") | Some("ephemeralcontainers")) => {
                 respond(StatusCode::OK, api.get(resource, namespace, name)?)
             }
             (&Method::POST, None, None) => {

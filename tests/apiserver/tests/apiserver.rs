@@ -1790,3 +1790,68 @@ fn a_node_reaches_only_what_its_own_pods_reference() {
     assert!(!as_node(&["create", "-f", "-"], Some(&lease("edge-b"))).0);
     assert!(!s.node_refusals().is_empty());
 }
+
+/// The `ephemeralcontainers` subresource as upstream validates it, driven by
+/// the official Python client: containers added, defaulted, never changed
+/// or removed; the pod itself cannot change them.
+#[test]
+fn ephemeral_containers_are_only_added_through_their_subresource() {
+    let s = ApiServer::start();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "app", "image": "busybox:1.36"}]}});
+    let (code, _) = s.call(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(("application/json", &pod)),
+    );
+    assert_eq!(code, 201);
+    let script = r#"
+import sys
+from kubernetes import client, config
+config.load_kube_config(sys.argv[1])
+api = client.CoreV1Api()
+body = {"spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox:1.36", "targetContainerName": "app", "stdin": True}]}}
+pod = api.patch_namespaced_pod_ephemeralcontainers("p", "default", body)
+print(pod.spec.ephemeral_containers[0].termination_message_path)
+"#;
+    let output = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(s.kubeconfig())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "/dev/termination-log"
+    );
+    let path = "/api/v1/namespaces/default/pods/p/ephemeralcontainers";
+    let smp = "application/strategic-merge-patch+json";
+    let refused = |body: Value, content_type: &str, at: &str| {
+        let (code, status) = s.call("PATCH", at, Some((content_type, &body)));
+        assert_eq!(code, 422, "{status}");
+        status["message"].as_str().unwrap_or("").to_owned()
+    };
+    let changed = json!({"spec": {"ephemeralContainers": [{"name": "dbg", "image": "other:1"}]}});
+    assert!(refused(changed, smp, path).contains("may not be changed"));
+    let removed = json!([{"op": "replace", "path": "/spec/ephemeralContainers", "value": []}]);
+    assert!(refused(removed, "application/json-patch+json", path).contains("may not be removed"));
+    let with_ports = json!({"spec": {"ephemeralContainers": [{"name": "x", "image": "b:1", "ports": [{"containerPort": 80}]}]}});
+    let m = refused(with_ports, smp, path);
+    assert!(m.contains("ports"), "{m}");
+    let clash = json!({"spec": {"ephemeralContainers": [{"name": "app", "image": "b:1"}]}});
+    assert!(refused(clash, smp, path).contains("Duplicate value"));
+    // Through the pod itself, as any other spec field.
+    let direct = json!({"spec": {"ephemeralContainers": [{"name": "y", "image": "b:1"}]}});
+    let message = refused(direct, smp, "/api/v1/namespaces/default/pods/p");
+    assert!(message.contains("Forbidden: pod updates"), "{message}");
+    let (_, pod) = s.call("GET", path, None);
+    assert_eq!(pod["spec"]["ephemeralContainers"][0]["name"], "dbg");
+    assert_eq!(
+        pod["spec"]["ephemeralContainers"].as_array().unwrap().len(),
+        1
+    );
+}
