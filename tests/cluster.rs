@@ -3047,3 +3047,217 @@ fn kubectl_debug_runs_an_ephemeral_container_beside_its_target() {
         agent.runtime_containers().is_empty().then_some(())
     });
 }
+
+/// A cgroup file of this agent's, whichever hierarchy has it: the first of
+/// `files` (v2's name, then v1's) found below `below`.
+fn cgroup_value(agent: &Agent, below: &str, files: &[&str]) -> Option<String> {
+    agent.cgroup_dirs(below).iter().find_map(|dir| {
+        files
+            .iter()
+            .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+            .map(|t| t.trim().to_owned())
+    })
+}
+
+/// In-place pod resize (GA in 1.35) as `kubectl patch --subresource resize`
+/// asks for it: new limits written to the container's cgroup without a
+/// restart; a resource whose resizePolicy says RestartContainer restarts
+/// it; a resize the node can never hold waits as PodResizePending
+/// Infeasible; one that changes the QoS class is refused by the API.
+#[test]
+fn kubectl_patch_resize_changes_cgroups_in_place() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-24", &[]);
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: elastic}}\nspec:\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n  containers:\n  - name: main\n    image: {image}\n    command: [sleep, '3600']\n    resources: {{requests: {{cpu: 100m, memory: 32Mi}}, limits: {{cpu: 200m, memory: 64Mi}}}}\n  - name: picky\n    image: {image}\n    command: [sleep, '3600']\n    resizePolicy: [{{resourceName: memory, restartPolicy: RestartContainer}}]\n    resources: {{requests: {{cpu: 100m, memory: 32Mi}}, limits: {{cpu: 200m, memory: 64Mi}}}}\n"
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+    wait(&agent, "the pod running", T, || {
+        running(&api, "elastic").then_some(())
+    });
+    let pod = get(&api, &["get", "pod", "elastic"]).unwrap();
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    let status_of = |pod: &Value, name: &str| -> Value {
+        pod["status"]["containerStatuses"]
+            .as_array()
+            .and_then(|s| s.iter().find(|c| c["name"] == name).cloned())
+            .unwrap_or_default()
+    };
+    let main = status_of(&pod, "main");
+    assert_eq!(main["resources"]["limits"]["cpu"], "200m", "{main:#}");
+    assert_eq!(main["allocatedResources"]["memory"], "32Mi", "{main:#}");
+    let id = main["containerID"]
+        .as_str()
+        .unwrap()
+        .split_once("://")
+        .unwrap()
+        .1
+        .to_owned();
+    let cgroup = format!("kubepods/burstable/pod{uid}/{id}");
+    let quota = || cgroup_value(&agent, &cgroup, &["cpu.max", "cpu.cfs_quota_us"]);
+    let memory = || cgroup_value(&agent, &cgroup, &["memory.max", "memory.limit_in_bytes"]);
+    assert!(
+        quota().is_some_and(|q| q.starts_with("20000")),
+        "{:?}",
+        quota()
+    );
+    assert_eq!(memory().as_deref(), Some("67108864"));
+
+    // CPU and memory up, in place.
+    let patch = r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"150m"},"limits":{"cpu":"300m","memory":"96Mi"}}}]}}"#;
+    api.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "elastic",
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ],
+        None,
+    );
+    let pod = wait(&agent, "the resize applied", T, || {
+        let p = get(&api, &["get", "pod", "elastic"])?;
+        (status_of(&p, "main")["resources"]["limits"]["cpu"] == "300m").then_some(p)
+    });
+    assert!(
+        quota().is_some_and(|q| q.starts_with("30000")),
+        "{:?}",
+        quota()
+    );
+    assert_eq!(memory().as_deref(), Some("100663296"));
+    let main = status_of(&pod, "main");
+    assert_eq!(main["restartCount"], 0);
+    assert_eq!(main["containerID"], format!("runc://{id}"));
+    assert_eq!(main["allocatedResources"]["cpu"], "150m");
+    // And memory down again, still in place.
+    let patch =
+        r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"48Mi"}}}]}}"#;
+    api.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "elastic",
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ],
+        None,
+    );
+    wait(&agent, "memory lowered", T, || {
+        (memory().as_deref() == Some("50331648")).then_some(())
+    });
+
+    // RestartContainer for memory: that container starts again with it.
+    let patch =
+        r#"{"spec":{"containers":[{"name":"picky","resources":{"limits":{"memory":"80Mi"}}}]}}"#;
+    api.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "elastic",
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ],
+        None,
+    );
+    let pod = wait(&agent, "picky restarted", T, || {
+        let p = get(&api, &["get", "pod", "elastic"])?;
+        let picky = status_of(&p, "picky");
+        (picky["restartCount"] == 1 && picky["state"]["running"].is_object()).then_some(p)
+    });
+    assert_eq!(
+        status_of(&pod, "picky")["resources"]["limits"]["memory"],
+        "80Mi"
+    );
+    assert_eq!(status_of(&pod, "main")["restartCount"], 0);
+
+    // More CPU than the node has: it waits, and nothing changes.
+    let patch = r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"200"},"limits":{"cpu":"200"}}}]}}"#;
+    api.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "elastic",
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ],
+        None,
+    );
+    let pod = wait(&agent, "the resize pending", T, || {
+        let p = get(&api, &["get", "pod", "elastic"])?;
+        let pending = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodResizePending")
+            .cloned()?;
+        Some((p, pending))
+    });
+    assert_eq!(pod.1["reason"], "Infeasible", "{:#}", pod.1);
+    assert!(
+        pod.1["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Node didn't have enough capacity: cpu, requested: 200100, capacity: "),
+        "{:#}",
+        pod.1
+    );
+    assert!(
+        quota().is_some_and(|q| q.starts_with("30000")),
+        "{:?}",
+        quota()
+    );
+    assert_eq!(
+        status_of(&pod.0, "main")["resources"]["limits"]["cpu"],
+        "300m"
+    );
+    // Back within the node: applied, and the condition goes.
+    let patch = r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"100m"},"limits":{"cpu":"250m"}}}]}}"#;
+    api.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "elastic",
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ],
+        None,
+    );
+    wait(&agent, "the pending resize replaced", T, || {
+        let p = get(&api, &["get", "pod", "elastic"])?;
+        let pending = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "PodResizePending");
+        (!pending && quota().is_some_and(|q| q.starts_with("25000"))).then_some(())
+    });
+
+    // The QoS class may not change, nor resources through the pod itself.
+    let guaranteed = r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"250m","memory":"48Mi"}}},{"name":"picky","resources":{"requests":{"cpu":"200m","memory":"80Mi"},"limits":{"cpu":"200m"}}}]}}"#;
+    let (ok, _, err) = api.kubectl(
+        &[
+            "patch",
+            "pod",
+            "elastic",
+            "--subresource",
+            "resize",
+            "--patch",
+            guaranteed,
+        ],
+        None,
+    );
+    assert!(!ok && err.contains("QOS Class may not change"), "{err}");
+    let direct = r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"260m"}}}]}}"#;
+    let (ok, _, err) = api.kubectl(&["patch", "pod", "elastic", "--patch", direct], None);
+    assert!(!ok && err.contains("Forbidden"), "{err}");
+}

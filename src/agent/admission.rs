@@ -208,6 +208,40 @@ fn clash(a: &HostPort, b: &HostPort) -> bool {
     a.0 == b.0 && a.2 == b.2 && (a.1 == b.1 || a.1 == "0.0.0.0" || b.1 == "0.0.0.0")
 }
 
+/// Why an in-place resize of `pod` (its new CPU and memory requests)
+/// cannot be actuated now, as upstream's allocation manager says it:
+/// `Infeasible` when the node could never hold it, `Deferred` when the
+/// other pods (`others`) leave too little.
+pub fn resize_verdict(pod: &Pod, capacity: &Capacity, others: &Used) -> Option<Refusal> {
+    let (cpu, memory) = requests(pod);
+    let wanted = [
+        ("cpu", cpu, others.cpu_milli, capacity.cpu_milli),
+        ("memory", memory, others.memory, capacity.memory),
+    ];
+    if let Some((resource, requested, _, capacity)) = wanted
+        .iter()
+        .find(|(_, requested, _, capacity)| requested > capacity)
+    {
+        return Some((
+            "Infeasible".into(),
+            format!(
+                "Node didn't have enough capacity: {resource}, requested: {requested}, capacity: {capacity}"
+            ),
+        ));
+    }
+    wanted
+        .iter()
+        .find(|(_, requested, used, capacity)| used + requested > *capacity)
+        .map(|(resource, requested, used, capacity)| {
+            (
+                "Deferred".into(),
+                format!(
+                    "Node didn't have enough resource: {resource}, requested: {requested}, used: {used}, capacity: {capacity}"
+                ),
+            )
+        })
+}
+
 /// `Err((reason, message))` when `pod` does not fit; otherwise it is added
 /// to `used`. Extended resources the node does not advertise are left out,
 /// as upstream (they may be cluster-level resources).

@@ -93,6 +93,8 @@ struct WorkerHandle {
     requests: (u64, u64),
     /// The pod as last given to the worker, to see updates.
     pod: Pod,
+    /// Why its resize waits (`Infeasible`/`Deferred` and a message).
+    resize_pending: Option<(String, String)>,
     _task: smol::Task<()>,
 }
 
@@ -309,6 +311,7 @@ pub async fn run(
                     from_api,
                     requests,
                     pod: given,
+                    resize_pending: None,
                     _task: task,
                 },
             );
@@ -485,13 +488,43 @@ pub async fn run(
                     handle.terminate(None);
                 }
             }
-            // Changes to pods that run: new images, labels, annotations.
-            for (uid, handle) in workers.iter_mut() {
-                if let Some(pod) = sorted.run.get(uid)
-                    && handle.from_api
-                    && !handle.terminating
-                    && pod_changed(&handle.pod, pod)
-                {
+            // Changes to pods that run: new images, labels, annotations,
+            // resources (an in-place resize, if the node has room for it).
+            let changed: Vec<String> = workers
+                .iter()
+                .filter(|(uid, h)| {
+                    h.from_api
+                        && !h.terminating
+                        && sorted.run.get(*uid).is_some_and(|p| pod_changed(&h.pod, p))
+                })
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            for uid in changed {
+                let (Some(pod), Some(handle)) = (sorted.run.get(&uid), workers.get(&uid)) else {
+                    continue;
+                };
+                let verdict = resized(&handle.pod, pod)
+                    .then(|| {
+                        let mut others = admission::Used::default();
+                        for (_, h) in workers.iter().filter(|(u, h)| **u != uid && !h.terminating) {
+                            others.add(&h.pod);
+                        }
+                        admission::resize_verdict(pod, &capacity, &others)
+                    })
+                    .flatten();
+                let Some(handle) = workers.get_mut(&uid) else {
+                    continue;
+                };
+                // A resize that waits is tried again at each pass: the
+                // pod the worker has stays the old one meanwhile.
+                if verdict != handle.resize_pending {
+                    handle.resize_pending = verdict.clone();
+                    let _ = handle
+                        .control
+                        .try_send(Control::ResizePending(verdict.clone()));
+                }
+                if verdict.is_none() {
+                    handle.requests = admission::requests(pod);
                     handle.pod = pod.clone();
                     let _ = handle
                         .control
@@ -725,6 +758,24 @@ async fn woken_or_after(woken: &smol::channel::Receiver<()>, retry: Duration) {
 /// Whether an API pod changed in a way its worker must act on: its spec
 /// (of which only images may change) or the labels and annotations the
 /// downward API shows.
+/// Whether a container's CPU or memory changed: an in-place resize.
+pub(crate) fn resized(old: &Pod, new: &Pod) -> bool {
+    let amounts = |p: &Pod| -> Vec<[Option<u64>; 4]> {
+        p.all_containers()
+            .map(|c| {
+                let r = &c.resources;
+                [
+                    r.cpu_request_milli,
+                    r.cpu_limit_milli,
+                    r.memory_request,
+                    r.memory_limit,
+                ]
+            })
+            .collect()
+    };
+    amounts(old) != amounts(new)
+}
+
 fn pod_changed(old: &Pod, new: &Pod) -> bool {
     old.manifest.spec != new.manifest.spec
         || old.manifest.metadata.labels != new.manifest.metadata.labels

@@ -43,6 +43,9 @@ pub enum Control {
     /// The eviction manager ends the pod: stopped within `grace` (zero:
     /// killed at once), failed with reason Evicted.
     Evict { message: String, grace: Duration },
+    /// An in-place resize the node cannot take now (reason `Infeasible`
+    /// or `Deferred`, message), or no longer one waiting.
+    ResizePending(Option<(String, String)>),
 }
 
 struct ContainerState {
@@ -137,6 +140,8 @@ pub struct Worker {
     sandbox_released: bool,
     /// Its start was counted (or it started under an earlier agent).
     start_observed: bool,
+    /// Where its in-place resize is, for the pod's conditions.
+    resize: status::ResizeState,
 }
 
 /// How often emptyDir sizeLimits are checked: upstream's eviction interval.
@@ -289,6 +294,7 @@ impl Worker {
             storage_check_at: None,
             storage_verdicts: smol::channel::bounded(1),
             storage_measuring: false,
+            resize: Default::default(),
         }
     }
 
@@ -378,6 +384,7 @@ impl Worker {
     async fn on_control(&mut self, control: Option<Control>) {
         match control {
             Some(Control::Update(pod)) => self.on_update(*pod).await,
+            Some(Control::ResizePending(verdict)) => self.resize.pending = verdict,
             Some(Control::Evict { message, grace }) => {
                 if self.evicted.is_none() {
                     self.evict(message, grace).await;
@@ -431,10 +438,42 @@ impl Worker {
             log::info!("pod {name}: ephemeral container {} added", c.name);
             self.containers.push(ContainerState::of(c, &[]));
         }
+        let mut resized = Vec::new();
         for i in 0..known {
             let image = self.pod.container(i).image.clone();
             if old.container(i).image == image {
-                continue;
+                let (before, after) = (
+                    &old.container(i).resources,
+                    &self.pod.container(i).resources,
+                );
+                let changed = [
+                    (
+                        "cpu",
+                        (before.cpu_request_milli, before.cpu_limit_milli)
+                            != (after.cpu_request_milli, after.cpu_limit_milli),
+                    ),
+                    (
+                        "memory",
+                        (before.memory_request, before.memory_limit)
+                            != (after.memory_request, after.memory_limit),
+                    ),
+                ];
+                let restart = changed.iter().any(|(resource, changed)| {
+                    *changed
+                        && self
+                            .pod
+                            .container(i)
+                            .restart_on_resize
+                            .iter()
+                            .any(|r| r == resource)
+                });
+                if changed.iter().any(|(_, changed)| *changed) && !restart {
+                    resized.push(i);
+                    continue;
+                }
+                if !restart {
+                    continue;
+                }
             }
             let c = &mut self.containers[i];
             c.record.view.image = image;
@@ -454,6 +493,9 @@ impl Worker {
                 log::warn!("pod {name}: {e}");
             }
         }
+        if crate::agent::resized(&old, &self.pod) {
+            self.resize_in_place(&old, &resized).await;
+        }
         let checkpoint = Checkpoint {
             uid: self.pod.uid.clone(),
             source: self.pod.source.clone(),
@@ -467,6 +509,73 @@ impl Worker {
             log::error!("pod {name}: {e}");
         }
         self.save_containers();
+    }
+
+    /// Actuates an in-place resize in the cgroup files: the pod's cgroup
+    /// first at the larger of its old and new limits, then the running
+    /// containers `resized`, then the pod's at its new limits, so that no
+    /// step has a container above its pod. Off the loop: lowering
+    /// memory.max makes the kernel reclaim before the write returns.
+    async fn resize_in_place(&mut self, old: &Pod, resized: &[usize]) {
+        self.resize.pending = None;
+        let pids = self.ctx.config.pod_pids_limit;
+        let (before, after) = (
+            crate::cgroup::pod_limits(old, pids),
+            crate::cgroup::pod_limits(&self.pod, pids),
+        );
+        let larger = crate::cgroup::Limits {
+            cpu_shares: before.cpu_shares.max(after.cpu_shares),
+            cpu_quota: before.cpu_quota.zip(after.cpu_quota).map(|(a, b)| a.max(b)),
+            memory_max: before
+                .memory_max
+                .zip(after.memory_max)
+                .map(|(a, b)| a.max(b)),
+            pids_max: after.pids_max,
+        };
+        let containers: Vec<(String, crate::cgroup::Limits)> = resized
+            .iter()
+            .filter_map(|&i| {
+                let view = &self.containers[i].record.view;
+                let id = view
+                    .container_id
+                    .as_ref()
+                    .filter(|_| view.terminated.is_none())?;
+                let r = &self.pod.container(i).resources;
+                let limits = crate::cgroup::Limits {
+                    cpu_shares: crate::cgroup::cpu_shares(r.cpu_request_milli),
+                    cpu_quota: r.cpu_limit_milli.map(crate::cgroup::cpu_quota),
+                    memory_max: r.memory_limit,
+                    pids_max: None,
+                };
+                Some((
+                    self.ctx
+                        .cgroups
+                        .container_path(self.pod.qos, &self.pod.uid, id),
+                    limits,
+                ))
+            })
+            .collect();
+        let cgroups = self.ctx.cgroups.clone();
+        let (qos, uid) = (self.pod.qos, self.pod.uid.clone());
+        let applied = crate::helpers::unblock(move || {
+            cgroups.ensure_pod(qos, &uid, &larger)?;
+            for (path, limits) in &containers {
+                crate::cgroup::ensure_limits(cgroups.version, path, limits)?;
+            }
+            cgroups.ensure_pod(qos, &uid, &after)
+        })
+        .await;
+        let name = self.pod.full_name();
+        match applied {
+            Ok(()) => {
+                log::info!("pod {name}: resized in place");
+                self.resize.error = None;
+            }
+            Err(e) => {
+                log::warn!("pod {name}: resizing: {e}");
+                self.resize.error = Some(e.to_string());
+            }
+        }
     }
 
     /// Writes the checkpoint: what must bring the pod back after a reboot.
@@ -2364,6 +2473,7 @@ impl Worker {
         if let Some(ended) = &self.evicted {
             status::mark_ended(&mut status, &ended.reason, &ended.message);
         }
+        status::add_resize_conditions(&mut status, &self.resize);
         status.host_ip = self.ctx.host_ip.map(|ip| ip.to_string());
         status.host_ips = self
             .ctx

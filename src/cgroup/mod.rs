@@ -8,7 +8,7 @@ mod limits;
 pub mod settings;
 pub mod usage;
 
-pub use limits::{CPU_PERIOD, Limits, cpu_quota, cpu_shares, cpu_weight};
+pub use limits::{CPU_PERIOD, Limits, cpu_quota, cpu_shares, cpu_weight, ensure as ensure_limits};
 
 use std::fs;
 use std::io;

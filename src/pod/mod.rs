@@ -160,6 +160,9 @@ pub struct Container {
     /// An ephemeral container's `targetContainerName`: it joins that
     /// container's PID namespace.
     pub target: Option<String>,
+    /// `resizePolicy`: the resources (`cpu`, `memory`) whose in-place
+    /// resize restarts the container.
+    pub restart_on_resize: Vec<String>,
 }
 
 /// A container's stdin and terminal (`stdin`, `stdinOnce`, `tty`); also

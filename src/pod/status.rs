@@ -125,6 +125,65 @@ pub fn mark_ended(status: &mut core::PodStatus, reason: &str, message: &str) {
     }
 }
 
+/// Where a pod's in-place resize is: waiting for room (`Infeasible` or
+/// `Deferred`, and why), or failed to be actuated.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResizeState {
+    pub pending: Option<(String, String)>,
+    pub error: Option<String>,
+}
+
+/// Upstream's resize conditions: PodResizePending while the node cannot
+/// take the new resources, PodResizeInProgress (reason Error) while
+/// writing them failed.
+pub fn add_resize_conditions(status: &mut core::PodStatus, resize: &ResizeState) {
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    if let Some((reason, message)) = &resize.pending {
+        conditions.push(core::PodCondition {
+            type_: "PodResizePending".into(),
+            status: "True".into(),
+            reason: Some(reason.clone()),
+            message: Some(message.clone()),
+            ..Default::default()
+        });
+    }
+    if let Some(message) = &resize.error {
+        conditions.push(core::PodCondition {
+            type_: "PodResizeInProgress".into(),
+            status: "True".into(),
+            reason: Some("Error".into()),
+            message: Some(message.clone()),
+            ..Default::default()
+        });
+    }
+}
+
+/// A container's CPU and memory as the API writes them: requests and
+/// limits, as upstream reports what is allocated and applied.
+fn resource_lists(
+    r: &super::Resources,
+) -> (
+    std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) {
+    use crate::quantity::{format_bytes, format_millicpu};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let list = |cpu: Option<u64>, memory: Option<u64>| {
+        let mut list = std::collections::BTreeMap::new();
+        if let Some(cpu) = cpu {
+            list.insert("cpu".to_owned(), Quantity(format_millicpu(cpu)));
+        }
+        if let Some(memory) = memory {
+            list.insert("memory".to_owned(), Quantity(format_bytes(memory)));
+        }
+        list
+    };
+    (
+        list(r.cpu_request_milli, r.memory_request),
+        list(r.cpu_limit_milli, r.memory_limit),
+    )
+}
+
 /// The statuses of every container of a pod: regular, init, ephemeral.
 pub fn every_container_status(
     status: &core::PodStatus,
@@ -157,7 +216,8 @@ pub fn pod_status(
     let terminating = lifecycle != Lifecycle::Running;
     let mut statuses: Vec<core::ContainerStatus> = views
         .iter()
-        .map(|v| {
+        .enumerate()
+        .map(|(i, v)| {
             let state = if let Some(since) = v.running_since.filter(|_| v.terminated.is_none()) {
                 core::ContainerState {
                     running: Some(core::ContainerStateRunning {
@@ -188,7 +248,24 @@ pub fn pod_status(
                 }
             };
             let running = state.running.is_some();
+            // What is allocated to it, and applied while it runs (an
+            // in-place resize changes both).
+            let (requests, limits) = pod
+                .every_container()
+                .nth(i)
+                .map(|c| resource_lists(&c.resources))
+                .unwrap_or_default();
+            let allocated = (!requests.is_empty()).then(|| requests.clone());
+            let applied = (running && !(requests.is_empty() && limits.is_empty())).then(|| {
+                core::ResourceRequirements {
+                    requests: (!requests.is_empty()).then_some(requests),
+                    limits: (!limits.is_empty()).then_some(limits),
+                    ..Default::default()
+                }
+            });
             core::ContainerStatus {
+                allocated_resources: allocated,
+                resources: applied,
                 name: v.name.clone(),
                 image: v.image.clone(),
                 image_id: v.image_id.clone(),

@@ -299,6 +299,10 @@ const CONTAINER: &[(&str, Shape)] = &[
     // Ephemeral containers only (the typed Pod drops it elsewhere, as the
     // API server does).
     ("targetContainerName", Leaf),
+    (
+        "resizePolicy",
+        ListOf(&[("resourceName", Leaf), ("restartPolicy", Leaf)]),
+    ),
     // Init containers only: `Always` makes a sidecar.
     ("restartPolicy", Leaf),
     (
@@ -1354,6 +1358,32 @@ fn extended_resources(
     Ok(extended)
 }
 
+/// The resources whose in-place resize restarts the container
+/// (`resizePolicy` RestartContainer); NotRequired is the default.
+fn restart_on_resize(c: &core::Container, field: &str) -> Result<Vec<String>, PodError> {
+    let mut restart = Vec::new();
+    for (i, policy) in c.resize_policy.iter().flatten().enumerate() {
+        let at = format!("{field}.resizePolicy[{i}]");
+        if !matches!(policy.resource_name.as_str(), "cpu" | "memory") {
+            return Err(invalid(
+                format!("{at}.resourceName"),
+                "supported values: \"cpu\", \"memory\"",
+            ));
+        }
+        match policy.restart_policy.as_str() {
+            "NotRequired" => {}
+            "RestartContainer" => restart.push(policy.resource_name.clone()),
+            _ => {
+                return Err(invalid(
+                    format!("{at}.restartPolicy"),
+                    "supported values: \"NotRequired\", \"RestartContainer\"",
+                ));
+            }
+        }
+    }
+    Ok(restart)
+}
+
 fn check_proc_mount(container: &Container, host_users: bool, field: &str) -> Result<(), PodError> {
     if container.security.proc_unmasked && host_users {
         return Err(invalid(
@@ -1709,6 +1739,7 @@ fn convert_container(
         input,
         role: ContainerRole::Regular,
         target: None,
+        restart_on_resize: restart_on_resize(c, field)?,
         name: c.name.clone(),
         image,
         pull_policy,

@@ -816,6 +816,12 @@ fn merge_for_subresource(
                 })?;
             Ok(result)
         }
+        Some("resize") => {
+            let result = resize(current, &updated).map_err(|(field, message)| {
+                ApiError::invalid("Pod", name_of(current), &field, &message)
+            })?;
+            Ok(result)
+        }
         Some(other) => Err(ApiError::new(
             405,
             "MethodNotAllowed",
@@ -946,6 +952,105 @@ fn ephemeral_containers(current: &Value, wanted: Value) -> Result<Value, (String
         names.push(name);
     }
     Ok(Value::Array(wanted))
+}
+
+/// The pod after an update of its `resize` subresource, as upstream
+/// validates one: only the CPU and memory of containers and sidecars (and
+/// their resizePolicy) change, requests stay within limits, and the QoS
+/// class stays what it was.
+fn resize(current: &Value, updated: &Value) -> Result<Value, (String, String)> {
+    let mut result = current.clone();
+    for list in ["containers", "initContainers"] {
+        let old = current["spec"][list]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let new = updated["spec"][list]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if old.len() != new.len() {
+            return Err((
+                format!("spec.{list}"),
+                "Forbidden: containers may not be added or removed".into(),
+            ));
+        }
+        for (i, (o, n)) in old.iter().zip(&new).enumerate() {
+            let at = format!("spec.{list}[{i}]");
+            if o["name"] != n["name"] {
+                return Err((
+                    format!("{at}.name"),
+                    "Forbidden: containers may not be renamed".into(),
+                ));
+            }
+            let sidecar = o["restartPolicy"] == "Always";
+            let (old_r, new_r) = (&o["resources"], &n["resources"]);
+            if list == "initContainers" && !sidecar && old_r != new_r {
+                return Err((
+                    format!("{at}.resources"),
+                    "Forbidden: resources for non-sidecar init containers are immutable".into(),
+                ));
+            }
+            for kind in ["requests", "limits"] {
+                let others = |r: &Value| -> Value {
+                    let mut m = r[kind].clone();
+                    if let Some(m) = m.as_object_mut() {
+                        m.remove("cpu");
+                        m.remove("memory");
+                    }
+                    m
+                };
+                if others(old_r) != others(new_r) {
+                    return Err((
+                        format!("{at}.resources.{kind}"),
+                        "Forbidden: only cpu and memory resources are mutable".into(),
+                    ));
+                }
+            }
+            for (resource, parse) in [
+                ("cpu", nanolet::quantity::parse_milli as fn(&str) -> _),
+                ("memory", |t: &str| {
+                    nanolet::quantity::parse_bytes(t).map(u128::from)
+                }),
+            ] {
+                let amount = |kind: &str| {
+                    let q = &new_r[kind][resource];
+                    q.as_str()
+                        .map(str::to_owned)
+                        .or_else(|| q.as_f64().map(|f| f.to_string()))
+                        .and_then(|t| parse(&t).ok())
+                };
+                if let (Some(request), Some(limit)) = (amount("requests"), amount("limits"))
+                    && request > limit
+                {
+                    return Err((
+                        format!("{at}.resources.requests"),
+                        format!("Invalid value: must be less than or equal to {resource} limit"),
+                    ));
+                }
+            }
+            result["spec"][list][i]["resources"] = new_r.clone();
+            match n.get("resizePolicy") {
+                Some(policy) => result["spec"][list][i]["resizePolicy"] = policy.clone(),
+                None => {
+                    if let Some(c) = result["spec"][list][i].as_object_mut() {
+                        c.remove("resizePolicy");
+                    }
+                }
+            }
+        }
+    }
+    let (before, after) = (
+        crate::defaults::qos_class(&current["spec"]),
+        crate::defaults::qos_class(&result["spec"]),
+    );
+    if before != after {
+        return Err((
+            "spec".into(),
+            "Invalid value: Pod QOS Class may not change as a result of resizing".into(),
+        ));
+    }
+    Ok(result)
 }
 
 /// Pod specs are immutable but for container images and a few fields.

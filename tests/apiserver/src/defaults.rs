@@ -190,7 +190,7 @@ fn add_token_volume(spec: &mut Value, name: &str) {
 }
 
 /// The QoS class by the upstream rules, from requests and limits.
-fn qos_class(spec: &Value) -> &'static str {
+pub fn qos_class(spec: &Value) -> &'static str {
     let containers: Vec<&Value> = ["containers", "initContainers"]
         .iter()
         .filter_map(|k| spec.get(*k).and_then(Value::as_array))

@@ -57,7 +57,7 @@ pub const RESOURCES: &[Resource] = &[
         kind: "Pod",
         namespaced: true,
         short_names: &["po"],
-        subresources: &["status", "log", "binding", "ephemeralcontainers"],
+        subresources: &["status", "log", "binding", "ephemeralcontainers", "resize"],
         has_status: true,
     },
     Resource {

@@ -674,9 +674,11 @@ impl Server {
                 self.to_kubelet((name, method, path), query, &[], body)
                     .await
             }
-            (&Method::GET, Some(name), None | Some("status") | Some("ephemeralcontainers")) => {
-                respond(StatusCode::OK, api.get(resource, namespace, name)?)
-            }
+            (
+                &Method::GET,
+                Some(name),
+                None | Some("status") | Some("ephemeralcontainers") | Some("resize"),
+            ) => respond(StatusCode::OK, api.get(resource, namespace, name)?),
             (&Method::POST, None, None) => {
                 let mut object = parse_body()?;
                 let csr = (resource.group, resource.plural)
