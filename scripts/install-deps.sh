@@ -13,7 +13,7 @@ COMMANDS=(runc crun docker-registry skopeo umoci busybox jq htpasswd qemu-aarch6
 PACKAGES=(runc crun docker-registry skopeo umoci busybox-static jq apache2-utils
   qemu-user-static e2fsprogs iproute2 musl-tools gcc-aarch64-linux-gnu
   libc6-dev-arm64-cross curl file iptables containernetworking-plugins
-  qemu-system-x86 linux-image-amd64 python3-grpcio python3-kubernetes zstd apparmor)
+  qemu-system-x86 linux-image-amd64 python3-grpcio python3-kubernetes python3-yaml zstd apparmor)
 RUST_TARGETS=(aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 
 missing=()
@@ -46,6 +46,8 @@ done
 # The kubelet's WebSocket port forward is tested with the client that
 # speaks it: the Kubernetes Python client (kubectl speaks SPDY).
 /usr/bin/python3 -c 'import kubernetes.stream' 2>/dev/null || missing+=("python3-kubernetes")
+# The workload corpus test reads the projects' YAML with it.
+/usr/bin/python3 -c 'import yaml' 2>/dev/null || missing+=("python3-yaml")
 
 if ((${#missing[@]} > 0)); then
   if ((EUID != 0)); then

@@ -3257,7 +3257,163 @@ fn kubectl_patch_resize_changes_cgroups_in_place() {
         None,
     );
     assert!(!ok && err.contains("QOS Class may not change"), "{err}");
-    let direct = r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"260m"}}}]}}"#;
+    let direct =
+        r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"260m"}}}]}}"#;
     let (ok, _, err) = api.kubectl(&["patch", "pod", "elastic", "--patch", direct], None);
     assert!(!ok && err.contains("Forbidden"), "{err}");
+}
+
+/// Where a corpus pod is: `Running` once every container has run; else
+/// why not (the pod's reason, or its first waiting container's).
+fn outcome(pod: &Value) -> String {
+    let status = &pod["status"];
+    let statuses: Vec<&Value> = ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .filter_map(|k| status[*k].as_array())
+        .flatten()
+        .collect();
+    let ran = |c: &&Value| {
+        c["state"]["running"].is_object()
+            || c["restartCount"].as_i64().unwrap_or(0) > 0
+            || c["state"]["terminated"]["exitCode"] == 0
+    };
+    if status["phase"] == "Running" && !statuses.is_empty() && statuses.iter().all(ran) {
+        return "Running".into();
+    }
+    if let Some(reason) = status["reason"].as_str() {
+        return reason.to_owned();
+    }
+    statuses
+        .iter()
+        .find_map(|c| c["state"]["waiting"]["reason"].as_str())
+        .unwrap_or("Pending")
+        .to_owned()
+}
+
+/// The workload corpus: manifests of widely used add-ons as their projects
+/// wrote them (scripts/workload-corpus.sh fetches them; the changes a test
+/// machine needs are in tests/fixtures/workload_corpus.py), applied as
+/// DaemonSets and pods through the test API server, each running or
+/// failing for the reason docs/workloads.md states, never for a field.
+#[test]
+fn add_on_manifests_of_widely_used_projects_run() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let corpus = root.join("target/workload-corpus");
+    let fetched = std::process::Command::new(root.join("scripts/workload-corpus.sh"))
+        .arg(&corpus)
+        .status()
+        .expect("the corpus script runs");
+    assert!(fetched.success(), "fetching the workload corpus failed");
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    // The labels kube-up gives nodes that may run these DaemonSets.
+    let agent = Agent::join(
+        &registry,
+        &api,
+        "edge-25",
+        &[
+            "--node-labels=projectcalico.org/ds-ready=true,node.kubernetes.io/kube-proxy-ds-ready=true,node.kubernetes.io/masq-agent-ds-ready=true",
+        ],
+    );
+    let host_root = common::TempDir::new("nanolet-corpus-host");
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    let mut dirs = vec![corpus.join("addons")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let list = std::process::Command::new("/usr/bin/python3")
+        .arg(root.join("tests/fixtures/workload_corpus.py"))
+        .arg(&image)
+        .arg(host_root.path())
+        .args(&files)
+        .output()
+        .expect("the corpus transform runs");
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    api.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&String::from_utf8_lossy(&list.stdout)),
+    );
+    // (namespace, pod or DaemonSet name, outcome): see docs/workloads.md.
+    let expected: &[(&str, &str, &str)] = &[
+        ("kube-system", "calico-node", "Running"),
+        ("kube-system", "kube-proxy", "Running"),
+        ("kube-system", "fluentd-es-v3.1.0", "Running"),
+        ("kube-system", "fluentd-gcp-v1", "Running"),
+        ("kube-system", "npd-v0.8.5", "Running"),
+        ("kube-system", "node-local-dns", "Running"),
+        ("kube-system", "ip-masq-agent", "Running"),
+        ("kube-system", "coredns", "Running"),
+        ("kube-system", "metrics-server-v0.3.6", "Running"),
+        ("kube-system", "kube-dns-autoscaler", "Running"),
+        ("kubernetes-dashboard", "kubernetes-dashboard", "Running"),
+        (
+            "kubernetes-dashboard",
+            "dashboard-metrics-scraper",
+            "Running",
+        ),
+    ];
+    let pods_now = || -> Vec<Value> {
+        get(&api, &["get", "pods", "-A"])
+            .and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let find = |pods: &[Value], ns: &str, name: &str| -> Option<Value> {
+        pods.iter()
+            .find(|p| {
+                let n = p["metadata"]["name"].as_str().unwrap_or("");
+                p["metadata"]["namespace"] == ns
+                    && (n == name
+                        || n.strip_prefix(name)
+                            .is_some_and(|r| r.starts_with('-') && r.len() == 6))
+            })
+            .cloned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let pods = pods_now();
+        let seen: Vec<(String, String)> = expected
+            .iter()
+            .map(|(ns, name, _)| {
+                (
+                    format!("{ns}/{name}"),
+                    find(&pods, ns, name).map_or("no pod".into(), |p| outcome(&p)),
+                )
+            })
+            .collect();
+        let wanted: Vec<(String, String)> = expected
+            .iter()
+            .map(|(ns, name, o)| (format!("{ns}/{name}"), (*o).to_owned()))
+            .collect();
+        if seen == wanted {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "outcomes: {seen:#?}\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The GPU device plugin asks for a node with an accelerator: the
+    // DaemonSet controller makes it no pod here.
+    assert!(find(&pods_now(), "kube-system", "nvidia-gpu-device-plugin").is_none());
+    // Nothing was refused for a field nanolet does not know.
+    let log = agent.log();
+    assert!(
+        !log.contains("UnsupportedPodSpec") && !log.contains("InvalidPodSpec"),
+        "{log}"
+    );
 }

@@ -217,21 +217,22 @@ fn seccomp_profile(
     }
 }
 
+/// Capability names as containerd reads them: in any case (`drop: [all]`
+/// is common, CoreDNS's manifest has it), with or without `CAP_`.
 fn capability_names(field: &str, names: Option<&Vec<String>>) -> Result<Vec<String>, PodError> {
-    let names = names.cloned().unwrap_or_default();
-    for (i, name) in names.iter().enumerate() {
-        let bare = name.strip_prefix("CAP_").unwrap_or(name);
+    let mut out = Vec::new();
+    for (i, name) in names.into_iter().flatten().enumerate() {
+        let upper = name.to_ascii_uppercase();
+        let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
         if bare != "ALL" && !CAPABILITIES.contains(&bare) {
             return Err(invalid(
                 format!("{field}[{i}]"),
                 format!("unknown capability {name:?}"),
             ));
         }
+        out.push(bare.to_owned());
     }
-    Ok(names
-        .iter()
-        .map(|n| n.strip_prefix("CAP_").unwrap_or(n).to_owned())
-        .collect())
+    Ok(out)
 }
 
 const CONTAINER: &[(&str, Shape)] = &[
@@ -1906,6 +1907,32 @@ mod tests {
             err.to_string(),
             "spec.containers[0].livenessProbe.unknownField: not supported by nanolet yet"
         );
+    }
+
+    #[test]
+    fn capabilities_are_read_in_any_case_as_containerd_reads_them() {
+        let p = validate(
+            &pod(
+                json!({"containers": [{"name": "c", "image": "b", "securityContext": {
+                "capabilities": {"drop": ["all"], "add": ["net_bind_service", "CAP_CHOWN"]}}}]}),
+            ),
+            "f",
+            "u",
+        )
+        .unwrap();
+        let security = &p.containers[0].security;
+        assert_eq!(security.capabilities_drop, ["ALL"]);
+        assert_eq!(security.capabilities_add, ["NET_BIND_SERVICE", "CHOWN"]);
+        let err = validate(
+            &pod(
+                json!({"containers": [{"name": "c", "image": "b", "securityContext": {
+                "capabilities": {"add": ["sys_nonsense"]}}}]}),
+            ),
+            "f",
+            "u",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("unknown capability"), "{err}");
     }
 
     #[test]
