@@ -117,11 +117,14 @@ pub fn fits_node(pod: &core::Pod, node: &NodeView, check_taints: bool) -> Result
 }
 
 /// A pod's CPU (millicores) and memory requests, init containers counted
-/// as upstream does.
+/// as upstream does, with its runtime class's overhead.
 pub fn requests(pod: &Pod) -> (u64, u64) {
+    let (overhead_cpu, overhead_memory) = pod.overhead;
     (
-        pod.pod_total(|c| c.resources.cpu_request_milli.unwrap_or(0)),
-        pod.pod_total(|c| c.resources.memory_request.unwrap_or(0)),
+        pod.pod_total(|c| c.resources.cpu_request_milli.unwrap_or(0))
+            .saturating_add(overhead_cpu),
+        pod.pod_total(|c| c.resources.memory_request.unwrap_or(0))
+            .saturating_add(overhead_memory),
     )
 }
 

@@ -171,13 +171,20 @@ impl Hierarchy {
 /// from the CPU requests, quota and memory only if every container has a
 /// limit, and the node's podPidsLimit.
 pub fn pod_limits(pod: &crate::pod::Pod, pids_max: Option<i64>) -> Limits {
-    let cpu_request = pod.pod_total(|c| c.resources.cpu_request_milli.unwrap_or(0));
+    // The runtime class's overhead is added to the pod's requests and to
+    // its limits where it has them, as upstream's kubelet sizes pods.
+    let (overhead_cpu, overhead_memory) = pod.overhead;
+    let cpu_request = pod
+        .pod_total(|c| c.resources.cpu_request_milli.unwrap_or(0))
+        .saturating_add(overhead_cpu);
     Limits {
         cpu_shares: cpu_shares(Some(cpu_request)),
         cpu_quota: pod
             .pod_limit(|c| c.resources.cpu_limit_milli)
-            .map(cpu_quota),
-        memory_max: pod.pod_limit(|c| c.resources.memory_limit),
+            .map(|l| cpu_quota(l.saturating_add(overhead_cpu))),
+        memory_max: pod
+            .pod_limit(|c| c.resources.memory_limit)
+            .map(|l| l.saturating_add(overhead_memory)),
         pids_max,
     }
 }
@@ -319,6 +326,26 @@ mod tests {
         assert_eq!(
             h.container_path(QosClass::Burstable, "u", "c"),
             "/nanolet-test/kubepods/burstable/podu/c"
+        );
+    }
+
+    #[test]
+    fn a_runtime_class_overhead_sizes_the_pod_cgroup() {
+        let pod = |limits: &str| {
+            crate::pod::manifest::parse_one(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  overhead: {{cpu: 250m, memory: 120Mi}}\n  containers:\n  - name: c\n    image: i:1\n    resources: {{requests: {{cpu: 500m, memory: 64Mi}}{limits}}}\n"
+            ))
+        };
+        let limited = pod_limits(&pod(", limits: {cpu: '1', memory: 128Mi}"), None);
+        assert_eq!(limited.cpu_shares, cpu_shares(Some(750)));
+        assert_eq!(limited.cpu_quota, Some(cpu_quota(1250)));
+        assert_eq!(limited.memory_max, Some(248 << 20));
+        let unlimited = pod_limits(&pod(""), None);
+        assert_eq!(unlimited.cpu_shares, cpu_shares(Some(750)));
+        assert_eq!((unlimited.cpu_quota, unlimited.memory_max), (None, None));
+        assert_eq!(
+            crate::agent::admission::requests(&pod("")),
+            (750, (64 + 120) << 20)
         );
     }
 

@@ -122,6 +122,9 @@ pub struct Pod {
     /// Added to a running pod (`kubectl debug`), never restarted or
     /// removed; after the others in [`Pod::container`]'s numbering.
     pub ephemeral_containers: Vec<Container>,
+    /// `overhead` (CPU millicores, memory bytes): what the runtime class
+    /// costs beside the containers.
+    pub overhead: (u64, u64),
     /// Secrets (dockerconfigjson) with registry credentials for pulls.
     pub image_pull_secrets: Vec<String>,
     pub qos: QosClass,
@@ -461,7 +464,6 @@ impl Pod {
             .then(|| self.pod_total(|c| limit(c).unwrap_or(0)))
     }
 
-    /// Container `i` in [`Pod::all_containers`] order.
     /// Init, regular and ephemeral containers, numbered in that order.
     pub fn container(&self, i: usize) -> &Container {
         let regular_end = self.init_containers.len() + self.containers.len();

@@ -499,6 +499,9 @@ const SPEC: &[(&str, Shape)] = &[
     ("os", Object(&[("name", Leaf)])),
     ("priority", Leaf),
     ("priorityClassName", Leaf),
+    // Set by RuntimeClass admission: counted by admission and the pod's
+    // cgroup, as upstream's kubelet does.
+    ("overhead", QuantityMap),
     ("preemptionPolicy", Leaf),
     ("imagePullSecrets", ListOf(&[("name", Leaf)])),
     // The service account's token reaches a pod only through a volume.
@@ -802,6 +805,15 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             id_from("spec.securityContext.supplementalGroups", Some(g)).map(|g| g.unwrap_or(0))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let overhead = {
+        let list = spec.overhead.as_ref();
+        let milli = resource(list, "spec.overhead", "cpu")?;
+        let bytes = resource(list, "spec.overhead", "memory")?;
+        let whole = |v: Option<u128>, div: u128| {
+            v.map_or(0, |v| u64::try_from(v.div_ceil(div)).unwrap_or(u64::MAX))
+        };
+        (whole(milli, 1), whole(bytes, 1000))
+    };
     let active_deadline = match spec.active_deadline_seconds {
         None => None,
         Some(seconds) if seconds > 0 => Some(Duration::from_secs(seconds.unsigned_abs())),
@@ -991,6 +1003,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
     Ok(Pod {
         init_containers,
         ephemeral_containers,
+        overhead,
         uid,
         namespace,
         name,
