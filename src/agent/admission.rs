@@ -113,6 +113,38 @@ pub fn fits_node(pod: &core::Pod, node: &NodeView, check_taints: bool) -> Result
             "node(s) had untolerated taint",
         ));
     }
+    hugepages_fit(&spec)
+}
+
+/// The node sets up no huge pages for pods and reports 0 of each size, so
+/// a pod that asks for some is refused as upstream's resource fit refuses
+/// it (static pods too: upstream admits them by resources as well).
+fn hugepages_fit(spec: &core::PodSpec) -> Result<(), Refusal> {
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers);
+    for c in containers {
+        let lists = c
+            .resources
+            .iter()
+            .flat_map(|r| r.limits.iter().chain(&r.requests));
+        for (name, amount) in lists.flatten() {
+            if !name.starts_with("hugepages-") {
+                continue;
+            }
+            let requested = crate::quantity::parse_bytes(&amount.0).unwrap_or(u64::MAX);
+            if requested > 0 {
+                return Err((
+                    format!("OutOf{name}"),
+                    format!(
+                        "Node didn't have enough resource: {name}, requested: {requested}, used: 0, capacity: 0"
+                    ),
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -455,6 +487,28 @@ mod tests {
         );
         assert!(admit(&storage("limits", "4Mi"), &capacity, &mut used).is_ok());
         assert_eq!(used.ephemeral_storage, 10 << 20);
+    }
+
+    #[test]
+    fn huge_pages_are_refused_as_the_node_has_none() {
+        let node = NodeView {
+            name: "n".into(),
+            ..Default::default()
+        };
+        let pod = manifest(
+            "spec:\n  containers: [{name: c, image: i, resources: {limits: {hugepages-2Mi: 4Mi, memory: 8Mi}, requests: {hugepages-2Mi: 4Mi, memory: 8Mi}}}]\n",
+        );
+        assert_eq!(
+            fits_node(&pod.manifest, &node, false),
+            Err((
+                "OutOfhugepages-2Mi".into(),
+                "Node didn't have enough resource: hugepages-2Mi, requested: 4194304, used: 0, capacity: 0".into()
+            ))
+        );
+        let none = manifest(
+            "spec:\n  containers: [{name: c, image: i, resources: {limits: {hugepages-1Gi: 0}}}]\n",
+        );
+        assert_eq!(fits_node(&none.manifest, &node, false), Ok(()));
     }
 
     #[test]

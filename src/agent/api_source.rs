@@ -149,7 +149,7 @@ mod tests {
             pod(
                 "c",
                 json!({}),
-                json!({"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"hugepages-2Mi": "2Mi"}}}]}),
+                json!({"containers": [{"name": "c", "image": "busybox", "volumeDevices": [{"name": "v", "devicePath": "/dev/v"}]}]}),
             ),
         );
         let mut done = pod("d", json!({}), json!({}));
@@ -170,11 +170,11 @@ mod tests {
         rejected.sort_by(|a, b| a.0.uid.cmp(&b.0.uid));
         assert_eq!(rejected.len(), 2);
         assert_eq!(rejected[0].1, "UnsupportedPodSpec");
-        assert!(rejected[0].2.contains("hugepages-2Mi"), "{}", rejected[0].2);
+        assert!(rejected[0].2.contains("volumeDevices"), "{}", rejected[0].2);
         assert_eq!(rejected[1].1, "NodeAffinity");
         // One that runs goes on as it was, its new spec ignored.
         let running_c = sort(&objects, &node, |uid| uid == "c");
-        assert!(running_c.kept["c"].contains("hugepages-2Mi"));
+        assert!(running_c.kept["c"].contains("volumeDevices"));
         assert!(!running_c.rejected.iter().any(|r| r.0.uid == "c"));
         // A terminal pod that still runs here stays.
         assert!(

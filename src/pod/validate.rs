@@ -1315,8 +1315,10 @@ fn resource(
 ) -> Result<Option<u128>, PodError> {
     let Some(list) = list else { return Ok(None) };
     for key in list.keys() {
+        // Huge pages: admission refuses them (the node has none).
         if !matches!(key.as_str(), "cpu" | "memory" | "ephemeral-storage")
             && !is_extended_resource(key)
+            && !key.starts_with("hugepages-")
         {
             return Err(unsupported(format!("{field}.{key}")));
         }
@@ -2098,7 +2100,8 @@ mod tests {
         assert_eq!(c(json!({})).unwrap().containers[0].input, Input::default());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 8080}]})).is_ok());
         assert!(c(json!({"ports": [{"containerPort": 80, "hostPort": 70000}]})).is_err());
-        assert!(c(json!({"resources": {"limits": {"hugepages-2Mi": "2Mi"}}})).is_err());
+        assert!(c(json!({"resources": {"limits": {"hugepages-2Mi": "2Mi"}}})).is_ok());
+        assert!(c(json!({"resources": {"limits": {"nvidia.com/gpu": "0.5"}}})).is_err());
         assert!(c(json!({"resources": {"limits": {"ephemeral-storage": "1Gi"}}})).is_ok());
         assert!(
             c(json!({"ports": [{"containerPort": 80, "hostPort": 80, "hostIP": "::1"}]})).is_ok()
@@ -2174,7 +2177,7 @@ mod tests {
                 .contains("cannot be overcommitted")
         );
         assert!(refused(json!({"limits": {"cpu": true}})).contains("expected a quantity"));
-        assert!(refused(json!({"limits": {"hugepages-2Mi": "2Mi"}})).contains("not supported"));
+        assert!(refused(json!({"limits": {"nonsense": "2Mi"}})).contains("not supported"));
     }
 
     /// subPathExpr expands with the container's variables when it starts;
