@@ -3417,3 +3417,35 @@ fn add_on_manifests_of_widely_used_projects_run() {
         "{log}"
     );
 }
+
+/// Pod-level resources (on by default since 1.34): the pod's cgroup is
+/// sized by them, its QoS class comes from them on both sides, and its
+/// containers share them without limits of their own.
+#[test]
+fn pod_level_resources_size_the_pods_cgroup() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-26", &[]);
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: shared}}\nspec:\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n  resources: {{limits: {{cpu: 500m, memory: 96Mi}}}}\n  containers:\n  - {{name: a, image: '{image}', command: [sleep, '3600']}}\n  - {{name: b, image: '{image}', command: [sleep, '3600']}}\n"
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+    wait(&agent, "the pod running", T, || {
+        running(&api, "shared").then_some(())
+    });
+    let pod = get(&api, &["get", "pod", "shared"]).unwrap();
+    assert_eq!(pod["status"]["qosClass"], "Guaranteed");
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    // Guaranteed pods sit right under kubepods, as upstream puts them.
+    let below = format!("kubepods/pod{uid}");
+    assert_eq!(
+        cgroup_value(&agent, &below, &["memory.max", "memory.limit_in_bytes"]).as_deref(),
+        Some("100663296")
+    );
+    let quota = cgroup_value(&agent, &below, &["cpu.max", "cpu.cfs_quota_us"]);
+    assert!(
+        quota.as_deref().is_some_and(|q| q.starts_with("50000")),
+        "{quota:?}"
+    );
+}

@@ -152,11 +152,16 @@ fn hugepages_fit(spec: &core::PodSpec) -> Result<(), Refusal> {
 /// as upstream does, with its runtime class's overhead.
 pub fn requests(pod: &Pod) -> (u64, u64) {
     let (overhead_cpu, overhead_memory) = pod.overhead;
+    let pod_level = pod.pod_resources.as_ref();
+    let cpu = pod_level
+        .and_then(|r| r.cpu_request_milli)
+        .unwrap_or_else(|| pod.pod_total(|c| c.resources.cpu_request_milli.unwrap_or(0)));
+    let memory = pod_level
+        .and_then(|r| r.memory_request)
+        .unwrap_or_else(|| pod.pod_total(|c| c.resources.memory_request.unwrap_or(0)));
     (
-        pod.pod_total(|c| c.resources.cpu_request_milli.unwrap_or(0))
-            .saturating_add(overhead_cpu),
-        pod.pod_total(|c| c.resources.memory_request.unwrap_or(0))
-            .saturating_add(overhead_memory),
+        cpu.saturating_add(overhead_cpu),
+        memory.saturating_add(overhead_memory),
     )
 }
 

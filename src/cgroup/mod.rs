@@ -173,18 +173,20 @@ impl Hierarchy {
 pub fn pod_limits(pod: &crate::pod::Pod, pids_max: Option<i64>) -> Limits {
     // The runtime class's overhead is added to the pod's requests and to
     // its limits where it has them, as upstream's kubelet sizes pods.
-    let (overhead_cpu, overhead_memory) = pod.overhead;
-    let cpu_request = pod
-        .pod_total(|c| c.resources.cpu_request_milli.unwrap_or(0))
-        .saturating_add(overhead_cpu);
+    // Pod-level resources, where set, stand for the containers' together.
+    let (overhead_cpu, _) = pod.overhead;
+    let (cpu_request, _) = crate::agent::admission::requests(pod);
+    let pod_level = pod.pod_resources.as_ref();
+    let cpu_limit = pod_level
+        .and_then(|r| r.cpu_limit_milli)
+        .or_else(|| pod.pod_limit(|c| c.resources.cpu_limit_milli));
+    let memory_limit = pod_level
+        .and_then(|r| r.memory_limit)
+        .or_else(|| pod.pod_limit(|c| c.resources.memory_limit));
     Limits {
         cpu_shares: cpu_shares(Some(cpu_request)),
-        cpu_quota: pod
-            .pod_limit(|c| c.resources.cpu_limit_milli)
-            .map(|l| cpu_quota(l.saturating_add(overhead_cpu))),
-        memory_max: pod
-            .pod_limit(|c| c.resources.memory_limit)
-            .map(|l| l.saturating_add(overhead_memory)),
+        cpu_quota: cpu_limit.map(|l| cpu_quota(l.saturating_add(overhead_cpu))),
+        memory_max: memory_limit.map(|l| l.saturating_add(pod.overhead.1)),
         pids_max,
     }
 }
@@ -347,6 +349,25 @@ mod tests {
             crate::agent::admission::requests(&pod("")),
             (750, (64 + 120) << 20)
         );
+    }
+
+    #[test]
+    fn pod_level_resources_stand_for_the_containers() {
+        let pod = crate::pod::manifest::parse_one(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  resources: {limits: {cpu: '2', memory: 1Gi}}\n  containers:\n  - {name: a, image: 'i:1', resources: {requests: {cpu: 100m}}}\n  - {name: b, image: 'i:1'}\n",
+        );
+        assert_eq!(pod.qos, QosClass::Guaranteed);
+        let limits = pod_limits(&pod, None);
+        assert_eq!(limits.cpu_shares, cpu_shares(Some(2000)));
+        assert_eq!(limits.cpu_quota, Some(cpu_quota(2000)));
+        assert_eq!(limits.memory_max, Some(1 << 30));
+        assert_eq!(crate::agent::admission::requests(&pod), (2000, 1 << 30));
+        let burstable = crate::pod::manifest::parse_one(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  resources: {requests: {memory: 64Mi}}\n  containers:\n  - {name: a, image: 'i:1', resources: {limits: {cpu: 100m, memory: 64Mi}}}\n",
+        );
+        assert_eq!(burstable.qos, QosClass::Burstable);
+        // No pod-level limit: the containers' still bound the pod.
+        assert_eq!(pod_limits(&burstable, None).memory_max, Some(64 << 20));
     }
 
     #[test]

@@ -125,6 +125,9 @@ pub struct Pod {
     /// `overhead` (CPU millicores, memory bytes): what the runtime class
     /// costs beside the containers.
     pub overhead: (u64, u64),
+    /// `spec.resources`: the pod's CPU and memory as a whole, over its
+    /// containers' (pod-level resources).
+    pub pod_resources: Option<Resources>,
     /// Secrets (dockerconfigjson) with registry credentials for pulls.
     pub image_pull_secrets: Vec<String>,
     pub qos: QosClass,

@@ -502,6 +502,11 @@ const SPEC: &[(&str, Shape)] = &[
     // Set by RuntimeClass admission: counted by admission and the pod's
     // cgroup, as upstream's kubelet does.
     ("overhead", QuantityMap),
+    // Pod-level resources (beta and on by default since 1.34).
+    (
+        "resources",
+        Object(&[("requests", QuantityMap), ("limits", QuantityMap)]),
+    ),
     ("preemptionPolicy", Leaf),
     ("imagePullSecrets", ListOf(&[("name", Leaf)])),
     // The service account's token reaches a pod only through a volume.
@@ -958,7 +963,11 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             }
         }
     }
-    let qos = qos_class(&[init_containers.as_slice(), containers.as_slice()].concat());
+    let pod_resources = pod_level_resources(spec.resources.as_ref())?;
+    let qos = match &pod_resources {
+        Some(r) => qos_of_pod_level(r),
+        None => qos_class(&[init_containers.as_slice(), containers.as_slice()].concat()),
+    };
     let mut ephemeral_containers = Vec::new();
     for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
         let field = format!("spec.ephemeralContainers[{i}]");
@@ -1004,6 +1013,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         init_containers,
         ephemeral_containers,
         overhead,
+        pod_resources,
         uid,
         namespace,
         name,
@@ -1858,6 +1868,67 @@ pub fn default_pull_policy(image: &str) -> PullPolicy {
 }
 
 /// The pod's QoS class by the upstream rules.
+/// `spec.resources`: CPU and memory for the pod as a whole. Requests
+/// default to limits, as the API server defaults them; only CPU and
+/// memory are supported there, as upstream.
+fn pod_level_resources(
+    r: Option<&core::ResourceRequirements>,
+) -> Result<Option<Resources>, PodError> {
+    let Some(r) = r else { return Ok(None) };
+    let field = "spec.resources";
+    for (kind, list) in [("requests", &r.requests), ("limits", &r.limits)] {
+        if let Some(key) = list
+            .iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .find(|k| !matches!(k.as_str(), "cpu" | "memory"))
+        {
+            return Err(unsupported(format!("{field}.{kind}.{key}")));
+        }
+    }
+    let amount = |list: &Option<BTreeMap<String, Quantity>>, kind: &str, name: &str, div: u128| {
+        resource(list.as_ref(), &format!("{field}.{kind}"), name)
+            .map(|v| v.map(|v| u64::try_from(v.div_ceil(div)).unwrap_or(u64::MAX)))
+    };
+    let cpu_limit = amount(&r.limits, "limits", "cpu", 1)?;
+    let memory_limit = amount(&r.limits, "limits", "memory", 1000)?;
+    let resources = Resources {
+        cpu_request_milli: amount(&r.requests, "requests", "cpu", 1)?.or(cpu_limit),
+        cpu_limit_milli: cpu_limit,
+        memory_request: amount(&r.requests, "requests", "memory", 1000)?.or(memory_limit),
+        memory_limit,
+        ..Default::default()
+    };
+    let over =
+        |request: Option<u64>, limit: Option<u64>| request.zip(limit).is_some_and(|(r, l)| r > l);
+    if over(resources.cpu_request_milli, cpu_limit) || over(resources.memory_request, memory_limit)
+    {
+        return Err(invalid(
+            format!("{field}.requests"),
+            "must be less than or equal to the limit",
+        ));
+    }
+    let empty = resources == Resources::default();
+    Ok((!empty).then_some(resources))
+}
+
+/// Upstream's QoS class when the pod sets pod-level resources: from them
+/// alone.
+fn qos_of_pod_level(r: &Resources) -> QosClass {
+    let set = |v: Option<u64>| v.filter(|v| *v > 0);
+    let (requests, limits) = (
+        [set(r.cpu_request_milli), set(r.memory_request)],
+        [set(r.cpu_limit_milli), set(r.memory_limit)],
+    );
+    if requests.iter().chain(&limits).all(Option::is_none) {
+        QosClass::BestEffort
+    } else if limits.iter().all(Option::is_some) && requests == limits {
+        QosClass::Guaranteed
+    } else {
+        QosClass::Burstable
+    }
+}
+
 fn qos_class(containers: &[Container]) -> QosClass {
     let r = |c: &Container| c.resources.clone();
     let any_set = containers.iter().any(|c| {

@@ -191,11 +191,22 @@ fn add_token_volume(spec: &mut Value, name: &str) {
 
 /// The QoS class by the upstream rules, from requests and limits.
 pub fn qos_class(spec: &Value) -> &'static str {
-    let containers: Vec<&Value> = ["containers", "initContainers"]
-        .iter()
-        .filter_map(|k| spec.get(*k).and_then(Value::as_array))
-        .flatten()
-        .collect();
+    // Pod-level resources, where set, decide alone; they sit at the same
+    // place in the spec as in a container.
+    let pod_level = ["requests", "limits"].iter().any(|k| {
+        spec.pointer(&format!("/resources/{k}"))
+            .and_then(Value::as_object)
+            .is_some_and(|m| !m.is_empty())
+    });
+    let containers: Vec<&Value> = if pod_level {
+        vec![spec]
+    } else {
+        ["containers", "initContainers"]
+            .iter()
+            .filter_map(|k| spec.get(*k).and_then(Value::as_array))
+            .flatten()
+            .collect()
+    };
     let resource = |c: &Value, kind: &str, name: &str| {
         c.pointer(&format!("/resources/{kind}/{name}")).cloned()
     };
