@@ -3449,3 +3449,43 @@ fn pod_level_resources_size_the_pods_cgroup() {
         "{quota:?}"
     );
 }
+
+/// A hostPath whose type check fails is the volume manager's failure, as
+/// upstream reports it: the pod stays ContainerCreating with FailedMount
+/// events, and runs once the path is there.
+#[test]
+fn a_host_path_that_fails_its_type_check_waits_with_failed_mount() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-27", &[]);
+    let host = common::TempDir::new("nanolet-hostpath");
+    let missing = host.path().join("data");
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: needs-dir}}\nspec:\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n  volumes: [{{name: data, hostPath: {{path: '{}', type: Directory}}}}]\n  containers:\n  - {{name: c, image: '{image}', command: [sleep, '3600'], volumeMounts: [{{name: data, mountPath: /data}}]}}\n",
+        missing.display()
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+    let waiting = wait(&agent, "the mount failure reported", T, || {
+        let p = get(&api, &["get", "pod", "needs-dir"])?;
+        let w = p["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+        w["message"].is_string().then_some(w)
+    });
+    assert_eq!(waiting["reason"], "ContainerCreating", "{waiting:#}");
+    assert_eq!(
+        waiting["message"],
+        format!(
+            "MountVolume.SetUp failed for volume \"data\" : hostPath type check failed: {} is not a directory",
+            missing.display()
+        )
+    );
+    let events = api.kubectl_ok(&["get", "events"], None);
+    assert!(events.contains("FailedMount"), "{events}");
+    std::fs::create_dir(&missing).unwrap();
+    wait(
+        &agent,
+        "the pod running once the dir is there",
+        Duration::from_secs(60),
+        || running(&api, "needs-dir").then_some(()),
+    );
+}

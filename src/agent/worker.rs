@@ -66,6 +66,19 @@ struct ContainerState {
     probes: ProbeTracker,
 }
 
+/// Why a pod's sandbox could not be set up: a volume the way upstream's
+/// volume manager reports it, or the sandbox itself.
+enum SandboxFailure {
+    Mount(String),
+    Sandbox(String),
+}
+
+impl From<String> for SandboxFailure {
+    fn from(message: String) -> Self {
+        SandboxFailure::Sandbox(message)
+    }
+}
+
 impl ContainerState {
     /// A container's state from its saved record, or a fresh one.
     fn of(c: &Container, saved: &[ContainerRecord]) -> ContainerState {
@@ -1198,7 +1211,19 @@ impl Worker {
                 .ensure_pod(self.pod.qos, &self.pod.uid, &limits)
                 .map_err(|e| e.to_string())?;
             if self.paths.is_none() {
-                let paths = self.create_sandbox().await.map_err(|e| e.to_string())?;
+                let paths = self.create_sandbox().await.map_err(|e| match e {
+                    // Upstream's volume manager reports these, not the
+                    // sandbox: FailedMount, and the pod stays
+                    // ContainerCreating.
+                    sandbox::SandboxError::HostPath {
+                        volume,
+                        path,
+                        reason,
+                    } => SandboxFailure::Mount(format!(
+                        "MountVolume.SetUp failed for volume {volume:?} : hostPath type check failed: {path} {reason}"
+                    )),
+                    other => SandboxFailure::Sandbox(other.to_string()),
+                })?;
                 if paths.recreated {
                     self.start_over_in_new_sandbox();
                     self.save_containers();
@@ -1227,13 +1252,23 @@ impl Worker {
                     .map_err(|e| e.to_string())?,
                 );
             }
-            Ok::<(), String>(())
+            Ok::<(), SandboxFailure>(())
         }
         .await;
         match result {
             Ok(()) => true,
-            Err(message) => {
-                log::error!("pod {}: sandbox: {message}", self.pod.full_name());
+            Err(failure) => {
+                let (reason, message) = match failure {
+                    SandboxFailure::Mount(message) => {
+                        log::warn!("pod {}: {message}", self.pod.full_name());
+                        self.event(None, EventType::Warning, "FailedMount", message.clone());
+                        ("ContainerCreating", message)
+                    }
+                    SandboxFailure::Sandbox(message) => {
+                        log::error!("pod {}: sandbox: {message}", self.pod.full_name());
+                        ("CreatePodSandboxError", message)
+                    }
+                };
                 let now = Instant::now();
                 self.sandbox_backoff.record_attempt(now);
                 let retry = now
@@ -1243,8 +1278,7 @@ impl Worker {
                         .unwrap_or(Duration::from_secs(10));
                 for c in &mut self.containers {
                     if c.record.view.running_since.is_none() {
-                        c.record.view.waiting =
-                            Some(("CreatePodSandboxError".into(), message.clone()));
+                        c.record.view.waiting = Some((reason.into(), message.clone()));
                         c.retry_at = Some(retry);
                     }
                 }
