@@ -90,7 +90,19 @@ const WINDOWS: &[(&str, Shape)] = &[
     ("hostProcess", Leaf),
 ];
 
+/// SELinux labels: accepted and not applied, as containerd leaves them
+/// with its default `enable_selinux = false` (and as every host without
+/// SELinux, Debian's and Raspberry Pi OS's, must).
+const SELINUX: &[(&str, Shape)] = &[
+    ("user", Leaf),
+    ("role", Leaf),
+    ("type", Leaf),
+    ("level", Leaf),
+];
+
 const POD_SECURITY: &[(&str, Shape)] = &[
+    ("seLinuxOptions", Object(SELINUX)),
+    ("seLinuxChangePolicy", Leaf),
     ("runAsUser", Leaf),
     ("runAsGroup", Leaf),
     ("runAsNonRoot", Leaf),
@@ -105,6 +117,7 @@ const POD_SECURITY: &[(&str, Shape)] = &[
 ];
 
 const CONTAINER_SECURITY: &[(&str, Shape)] = &[
+    ("seLinuxOptions", Object(SELINUX)),
     ("runAsUser", Leaf),
     ("runAsGroup", Leaf),
     ("runAsNonRoot", Leaf),
@@ -1993,6 +2006,19 @@ mod tests {
             err.to_string(),
             "spec.containers[0].livenessProbe.unknownField: not supported by nanolet yet"
         );
+    }
+
+    #[test]
+    fn selinux_labels_are_accepted_as_containerd_accepts_them() {
+        let spec = json!({
+            "securityContext": {"seLinuxOptions": {"level": "s0:c123,c456"}, "seLinuxChangePolicy": "MountOption"},
+            "containers": [{"name": "c", "image": "b", "securityContext": {"seLinuxOptions": {"type": "spc_t"}}}]
+        });
+        assert!(validate(&pod(spec), "f", "u").is_ok());
+        let unknown = json!({"securityContext": {"seLinuxOptions": {"colour": "red"}},
+            "containers": [{"name": "c", "image": "b"}]});
+        let err = validate(&pod(unknown), "f", "u").unwrap_err();
+        assert!(err.to_string().contains("seLinuxOptions.colour"), "{err}");
     }
 
     #[test]
