@@ -3489,3 +3489,35 @@ fn a_host_path_that_fails_its_type_check_waits_with_failed_mount() {
         || running(&api, "needs-dir").then_some(()),
     );
 }
+
+/// `containerStatuses[].user` says who the container's process started
+/// as, groups included, and it is who `id` says it is; the node says it
+/// supports supplementalGroupsPolicy.
+#[test]
+fn container_statuses_report_the_process_identity() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-28", &[]);
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: who}}\nspec:\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n  securityContext: {{runAsUser: 1000, runAsGroup: 3000, supplementalGroups: [4000], supplementalGroupsPolicy: Strict}}\n  containers:\n  - {{name: c, image: '{image}', command: [sh, -c, 'id -u; id -g; id -G; exec sleep 3600']}}\n"
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+    wait(&agent, "the pod running", T, || {
+        running(&api, "who").then_some(())
+    });
+    let pod = get(&api, &["get", "pod", "who"]).unwrap();
+    let user = &pod["status"]["containerStatuses"][0]["user"]["linux"];
+    assert_eq!(
+        *user,
+        serde_json::json!({"uid": 1000, "gid": 3000, "supplementalGroups": [3000, 4000]}),
+        "{pod:#}"
+    );
+    let out = wait(&agent, "its output", T, || {
+        let (ok, out, _) = api.kubectl(&["logs", "who"], None);
+        (ok && out.lines().count() >= 3).then_some(out)
+    });
+    assert_eq!(out, "1000\n3000\n3000 4000\n");
+    let node = get(&api, &["get", "node", "edge-28"]).unwrap();
+    assert_eq!(node["status"]["features"]["supplementalGroupsPolicy"], true);
+}

@@ -320,6 +320,11 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
     images.truncate(50);
 
     core::NodeStatus {
+        // supplementalGroupsPolicy (Merge and Strict) is nanolet's own
+        // doing, whatever the runtime.
+        features: Some(core::NodeFeatures {
+            supplemental_groups_policy: Some(true),
+        }),
         addresses: Some(addresses),
         allocatable: Some(quantities(allocatable)),
         capacity: Some(quantities(capacity)),

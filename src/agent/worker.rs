@@ -210,7 +210,7 @@ async fn set_up_bundle(
     setup: BundleSetup,
     runtime: crate::runtime::runc::Runtime,
     id: String,
-) -> Result<(), SetupFailure> {
+) -> Result<crate::runtime::spec::User, SetupFailure> {
     let (done, outcome) = smol::channel::bounded(1);
     let bundle = setup.bundle.clone();
     crate::rt::spawn(async move {
@@ -2151,17 +2151,19 @@ impl Worker {
             seccomp_root: self.ctx.layout.seccomp(),
             apparmor_default: crate::runtime::apparmor::host().default_profile(),
         };
-        let prepared = set_up_bundle(setup, self.ctx.runtime.clone(), id.clone()).await;
-        if let Err((reason, message)) = prepared {
-            log::warn!(
-                "pod {}: container {}: {message}",
-                self.pod.full_name(),
-                spec_container.name
-            );
-            let _ = bundle.remove(&self.ctx.runtime, &id).await;
-            self.setup_failed(i, reason, message);
-            return;
-        }
+        let user = match set_up_bundle(setup, self.ctx.runtime.clone(), id.clone()).await {
+            Ok(user) => user,
+            Err((reason, message)) => {
+                log::warn!(
+                    "pod {}: container {}: {message}",
+                    self.pod.full_name(),
+                    spec_container.name
+                );
+                let _ = bundle.remove(&self.ctx.runtime, &id).await;
+                self.setup_failed(i, reason, message);
+                return;
+            }
+        };
 
         let restart_count = {
             let c = &mut self.containers[i];
@@ -2173,6 +2175,14 @@ impl Worker {
                 c.record.view.restart_count += 1;
             }
             c.record.view.image_id = image.id.clone();
+            // Its groups as containerd reports them: the primary one too.
+            let mut groups = vec![user.gid];
+            groups.extend(user.additional_gids.iter().filter(|g| **g != user.gid));
+            c.record.view.user = Some(status::ProcessUser {
+                uid: user.uid,
+                gid: user.gid,
+                supplemental_groups: groups,
+            });
             c.record.view.container_id = Some(id.clone());
             c.record.view.running_since = None;
             c.record.stop_signal = image.config.stop_signal.clone();

@@ -24,6 +24,14 @@ pub struct Terminated {
     pub message: Option<String>,
 }
 
+/// The identity a container's first process started with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessUser {
+    pub uid: u32,
+    pub gid: u32,
+    pub supplemental_groups: Vec<u32>,
+}
+
 /// What the worker knows of one container of the pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerView {
@@ -41,6 +49,10 @@ pub struct ContainerView {
     /// Why no instance runs: ContainerCreating, CrashLoopBackOff,
     /// ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...
     pub waiting: Option<(String, String)>,
+    /// Who its process started as (uid, gid, every group), for
+    /// `containerStatuses[].user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<ProcessUser>,
     /// What its probes say of the running instance; `None` without probes
     /// (running means ready and started). Never saved: probes start over.
     #[serde(skip)]
@@ -264,6 +276,15 @@ pub fn pod_status(
                 }
             });
             core::ContainerStatus {
+                user: v.user.as_ref().map(|u| core::ContainerUser {
+                    linux: Some(core::LinuxContainerUser {
+                        uid: u.uid.into(),
+                        gid: u.gid.into(),
+                        supplemental_groups: Some(
+                            u.supplemental_groups.iter().map(|&g| g.into()).collect(),
+                        ),
+                    }),
+                }),
                 allocated_resources: allocated,
                 resources: applied,
                 name: v.name.clone(),

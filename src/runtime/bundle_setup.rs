@@ -40,8 +40,9 @@ pub struct BundleSetup {
 }
 
 impl BundleSetup {
-    /// Makes the bundle. Blocking: call it off the loop.
-    pub fn run(self) -> Result<(), SetupFailure> {
+    /// Makes the bundle; the user its process starts as. Blocking: call
+    /// it off the loop.
+    pub fn run(self) -> Result<spec::User, SetupFailure> {
         let paths = self
             .paths
             .as_ref()
@@ -100,7 +101,8 @@ impl BundleSetup {
         .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
         bundle
             .write_spec(&spec)
-            .map_err(|e| ("CreateContainerError", e.to_string()))
+            .map_err(|e| ("CreateContainerError", e.to_string()))?;
+        Ok(spec.process.user)
     }
 }
 

@@ -73,7 +73,7 @@ pub struct Process {
     pub apparmor_profile: Option<String>,
 }
 
-#[derive(Debug, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct User {
     pub uid: u32,
