@@ -115,10 +115,16 @@ fn node_registers_runs_pods_and_deletes_them() {
     );
     assert!(info["kubeletVersion"].as_str().unwrap().starts_with("v1."));
     assert!(!info["bootID"].as_str().unwrap().is_empty());
-    // This machine's disk can be ID-mapped: pods may have user namespaces.
+    // This machine's disk can be ID-mapped: pods may have user namespaces;
+    // recursively read-only mounts where the runtime lists `rro` (runc
+    // 1.1 on; this kernel is new enough).
+    let rro = std::process::Command::new(common::runtime())
+        .arg("features")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"rro\""));
     assert_eq!(
         node["status"]["runtimeHandlers"],
-        serde_json::json!([{"name": "", "features": {"recursiveReadOnlyMounts": false, "userNamespaces": true}}]),
+        serde_json::json!([{"name": "", "features": {"recursiveReadOnlyMounts": rro, "userNamespaces": true}}]),
         "{node:#}"
     );
     assert_eq!(node["status"]["capacity"]["pods"], "110");
@@ -3520,4 +3526,78 @@ fn container_statuses_report_the_process_identity() {
     assert_eq!(out, "1000\n3000\n3000 4000\n");
     let node = get(&api, &["get", "node", "edge-28"]).unwrap();
     assert_eq!(node["status"]["features"]["supplementalGroupsPolicy"], true);
+}
+
+/// Unmounts what a test mounted, also when it fails.
+struct MountGuard(std::path::PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// recursiveReadOnly (GA in 1.33): a read-only volume's submounts are
+/// read-only too where the runtime can (runc's `rro`), and only there.
+#[test]
+fn recursive_read_only_volumes_reach_their_submounts() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-29", &[]);
+    let host = common::TempDir::new("nanolet-rro");
+    let sub = host.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&sub)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let _unmount = MountGuard(sub.clone());
+    let supported = std::process::Command::new(common::runtime())
+        .arg("features")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"rro\""));
+    // One mount recursively read-only, the other plainly: a submount of a
+    // plain read-only bind mount stays writable, as the kernel has it.
+    let write = "touch /rro/sub/a 2>/dev/null && echo rro-writable || echo rro-read-only; touch /ro/sub/b 2>/dev/null && echo ro-writable || echo ro-read-only; exec sleep 3600";
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: rro}}\nspec:\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n  volumes: [{{name: data, hostPath: {{path: '{}', type: Directory}}}}]\n  containers:\n  - name: c\n    image: '{image}'\n    command: [sh, -c, {write:?}]\n    volumeMounts:\n    - {{name: data, mountPath: /rro, readOnly: true, recursiveReadOnly: IfPossible}}\n    - {{name: data, mountPath: /ro, readOnly: true}}\n",
+        host.path().display()
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+    let out = wait(&agent, "its verdicts", T, || {
+        let (ok, out, _) = api.kubectl(&["logs", "rro"], None);
+        (ok && out.lines().count() >= 2).then_some(out)
+    });
+    let expected = if supported {
+        "rro-read-only\nro-writable\n"
+    } else {
+        "rro-writable\nro-writable\n"
+    };
+    assert_eq!(out, expected, "rro supported: {supported}");
+    // Validation as upstream's: only on read-only mounts.
+    let bad = manifest.replace("name: rro}", "name: rro-bad}").replace(
+        "readOnly: true, recursiveReadOnly",
+        "readOnly: false, recursiveReadOnly",
+    );
+    let (ok, _, err) = api.kubectl(&["apply", "-f", "-"], Some(&bad));
+    if ok {
+        // The test API server does not validate it; the node refuses it.
+        wait(&agent, "the bad pod rejected", T, || {
+            let p = get(&api, &["get", "pod", "rro-bad"])?;
+            let message = p["status"]["message"].as_str()?.to_owned();
+            message.contains("recursiveReadOnly").then_some(())
+        });
+    } else {
+        assert!(err.contains("recursiveReadOnly"), "{err}");
+    }
+    api.kubectl_ok(
+        &["delete", "pod", "rro", "rro-bad", "--ignore-not-found"],
+        None,
+    );
+    wait(&agent, "the pods gone", T, || {
+        agent.runtime_containers().is_empty().then_some(())
+    });
 }

@@ -65,6 +65,8 @@ pub struct Context {
     pub memory_capacity: u64,
     /// The lowest oom_score_adj containers can get (`oom_score::floor`).
     pub oom_score_floor: Option<i32>,
+    /// The runtime and kernel make recursively read-only mounts.
+    pub recursive_read_only: bool,
     /// The node's InternalIP, for pods' hostIP (and podIP on the host
     /// network).
     pub host_ip: Option<std::net::IpAddr>,
@@ -146,6 +148,7 @@ pub async fn run(
     for escape in crate::runtime::advisories::known_escapes(config.runtime, &version) {
         log::warn!("{escape}: upgrade the runtime");
     }
+    let recursive_read_only = runtime.supports_recursive_read_only().await;
     let http = Client::new(config.ca_file.clone(), config.insecure_registries.clone());
     let registry = Registry::new(http, config.registry_mirrors.clone());
     let store = Store::open(&layout.images())?;
@@ -245,6 +248,7 @@ pub async fn run(
         },
         cgroups: Hierarchy::new(&config.cgroup_root),
         memory_capacity: crate::cgroup::memory_capacity(),
+        recursive_read_only,
         host_ip,
         status_manager: cluster.as_ref().map(|c| c.3.clone()),
         objects: cluster

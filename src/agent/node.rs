@@ -352,7 +352,7 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
         runtime_handlers: Some(vec![core::NodeRuntimeHandler {
             name: Some(String::new()),
             features: Some(core::NodeRuntimeHandlerFeatures {
-                recursive_read_only_mounts: Some(false),
+                recursive_read_only_mounts: Some(ctx.recursive_read_only),
                 user_namespaces: Some(facts.user_namespaces),
             }),
         }]),

@@ -2150,6 +2150,7 @@ impl Worker {
             oom_score_floor: self.ctx.oom_score_floor,
             seccomp_root: self.ctx.layout.seccomp(),
             apparmor_default: crate::runtime::apparmor::host().default_profile(),
+            recursive_read_only: self.ctx.recursive_read_only,
         };
         let user = match set_up_bundle(setup, self.ctx.runtime.clone(), id.clone()).await {
             Ok(user) => user,

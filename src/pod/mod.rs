@@ -387,6 +387,19 @@ pub struct VolumeMount {
     pub sub_path_expr: bool,
     /// rprivate (None), rslave (HostToContainer) or rshared (Bidirectional).
     pub propagation: &'static str,
+    /// `recursiveReadOnly`: submounts of a read-only volume read-only too.
+    pub recursive_read_only: RecursiveReadOnly,
+}
+
+/// A volume mount's `recursiveReadOnly` (GA in 1.33).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RecursiveReadOnly {
+    #[default]
+    Disabled,
+    /// Where the runtime and kernel can.
+    IfPossible,
+    /// Or the container does not start.
+    Enabled,
 }
 
 /// A path that stays below where it starts: relative, without `..`.

@@ -305,6 +305,7 @@ const CONTAINER: &[(&str, Shape)] = &[
             ("subPath", Leaf),
             ("subPathExpr", Leaf),
             ("mountPropagation", Leaf),
+            ("recursiveReadOnly", Leaf),
         ]),
     ),
     ("stdin", Leaf),
@@ -1756,7 +1757,37 @@ fn convert_container(
                 ));
             }
         };
+        let recursive_read_only = match m.recursive_read_only.as_deref() {
+            None | Some("Disabled") => super::RecursiveReadOnly::Disabled,
+            Some(value @ ("IfPossible" | "Enabled")) => {
+                // Upstream's validation.
+                if m.read_only != Some(true) {
+                    return Err(invalid(
+                        format!("{mfield}.recursiveReadOnly"),
+                        "may only be specified when readOnly is true",
+                    ));
+                }
+                if propagation != "rprivate" {
+                    return Err(invalid(
+                        format!("{mfield}.recursiveReadOnly"),
+                        "may only be specified when mountPropagation is None or not specified",
+                    ));
+                }
+                if value == "Enabled" {
+                    super::RecursiveReadOnly::Enabled
+                } else {
+                    super::RecursiveReadOnly::IfPossible
+                }
+            }
+            Some(other) => {
+                return Err(invalid(
+                    format!("{mfield}.recursiveReadOnly"),
+                    format!("unknown value {other:?}"),
+                ));
+            }
+        };
         mounts.push(VolumeMount {
+            recursive_read_only,
             volume: m.name.clone(),
             path: m.mount_path.clone(),
             // The files the agent writes are read-only to containers
@@ -2006,6 +2037,35 @@ mod tests {
             err.to_string(),
             "spec.containers[0].livenessProbe.unknownField: not supported by nanolet yet"
         );
+    }
+
+    #[test]
+    fn recursive_read_only_only_on_read_only_private_mounts() {
+        let with = |mount: Value| {
+            validate(
+                &pod(json!({
+                    "volumes": [{"name": "v", "emptyDir": {}}],
+                    "containers": [{"name": "c", "image": "b", "volumeMounts": [mount]}]
+                })),
+                "f",
+                "u",
+            )
+        };
+        let p = with(json!({"name": "v", "mountPath": "/v", "readOnly": true, "recursiveReadOnly": "Enabled"}))
+            .unwrap();
+        assert_eq!(
+            p.containers[0].mounts[0].recursive_read_only,
+            crate::pod::RecursiveReadOnly::Enabled
+        );
+        for bad in [
+            json!({"name": "v", "mountPath": "/v", "recursiveReadOnly": "IfPossible"}),
+            json!({"name": "v", "mountPath": "/v", "readOnly": true, "recursiveReadOnly": "Always"}),
+            json!({"name": "v", "mountPath": "/v", "readOnly": true, "recursiveReadOnly": "Enabled",
+                   "mountPropagation": "HostToContainer"}),
+        ] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(err.contains("recursiveReadOnly"), "{err}");
+        }
     }
 
     #[test]

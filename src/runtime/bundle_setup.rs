@@ -37,6 +37,7 @@ pub struct BundleSetup {
     pub oom_score_floor: Option<i32>,
     pub seccomp_root: PathBuf,
     pub apparmor_default: Option<&'static str>,
+    pub recursive_read_only: bool,
 }
 
 impl BundleSetup {
@@ -97,6 +98,7 @@ impl BundleSetup {
             seccomp_root: &self.seccomp_root,
             pinned_sub_paths: &pinned_sub_paths,
             apparmor_default: self.apparmor_default,
+            recursive_read_only: self.recursive_read_only,
         })
         .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
         bundle

@@ -318,6 +318,31 @@ impl Runtime {
         }))
     }
 
+    /// Whether the runtime makes recursively read-only mounts: it lists
+    /// `rro` among the mount options of its `features` (runc 1.1 on, as
+    /// containerd asks it), and the kernel has mount_setattr(2) (5.12).
+    pub async fn supports_recursive_read_only(&self) -> bool {
+        let Ok(out) = self.run("features", "", &["features"]).await else {
+            return false;
+        };
+        let listed = serde_json::from_slice::<serde_json::Value>(&out)
+            .ok()
+            .and_then(|f| {
+                f["mountOptions"]
+                    .as_array()
+                    .map(|o| o.iter().any(|o| o == "rro"))
+            })
+            .unwrap_or(false);
+        let release = nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut numbers = release
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse::<u32>().ok());
+        let kernel = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+        listed && kernel >= (5, 12)
+    }
+
     /// `runc --version`'s first version number, for nodeInfo.
     pub async fn version(&self) -> Result<String, RuntimeError> {
         let out = self.run("--version", "", &["--version"]).await?;

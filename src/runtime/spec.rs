@@ -42,6 +42,10 @@ pub enum SpecError {
     NonNumericUser(String),
     #[error(transparent)]
     Seccomp(#[from] seccomp::SeccompError),
+    #[error(
+        "volume {0:?} requested recursive read-only mode, but it is not supported by the runtime"
+    )]
+    RecursiveReadOnly(String),
 }
 
 #[derive(Debug, Serialize)]
@@ -607,6 +611,8 @@ pub struct SpecInput<'a> {
     pub pinned_sub_paths: &'a [Option<PathBuf>],
     /// The host's runtime default AppArmor profile, where it has one.
     pub apparmor_default: Option<&'a str>,
+    /// The runtime and kernel make recursively read-only mounts (`rro`).
+    pub recursive_read_only: bool,
 }
 
 pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
@@ -725,6 +731,14 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             let mut volume = bind(&m.path, &source, m.read_only);
             volume.options.retain(|o| o != "rprivate");
             volume.options.push(m.propagation.to_owned());
+            match (m.recursive_read_only, input.recursive_read_only) {
+                (crate::pod::RecursiveReadOnly::Disabled, _) => {}
+                (_, true) => volume.options.push("rro".into()),
+                (crate::pod::RecursiveReadOnly::IfPossible, false) => {}
+                (crate::pod::RecursiveReadOnly::Enabled, false) => {
+                    return Err(SpecError::RecursiveReadOnly(m.volume.clone()));
+                }
+            }
             mounts.push(volume);
         }
     }
