@@ -759,9 +759,6 @@ async fn woken_or_after(woken: &smol::channel::Receiver<()>, retry: Duration) {
     futures_lite::future::or(timer, wake).await;
 }
 
-/// Whether an API pod changed in a way its worker must act on: its spec
-/// (of which only images may change) or the labels and annotations the
-/// downward API shows.
 /// Whether a container's CPU or memory changed: an in-place resize.
 pub(crate) fn resized(old: &Pod, new: &Pod) -> bool {
     let amounts = |p: &Pod| -> Vec<[Option<u64>; 4]> {
@@ -780,6 +777,9 @@ pub(crate) fn resized(old: &Pod, new: &Pod) -> bool {
     amounts(old) != amounts(new)
 }
 
+/// Whether an API pod changed in a way its worker must act on: its spec
+/// (images, resources, ephemeral containers) or the labels and
+/// annotations the downward API shows.
 fn pod_changed(old: &Pod, new: &Pod) -> bool {
     old.manifest.spec != new.manifest.spec
         || old.manifest.metadata.labels != new.manifest.metadata.labels

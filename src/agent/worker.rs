@@ -2106,28 +2106,14 @@ impl Worker {
         let spec_container = match spec_container.expand_sub_paths(&env) {
             Ok(container) => container,
             Err(message) => {
-                log::warn!("pod {}: {message}", self.pod.full_name());
-                self.event(
-                    cname,
-                    EventType::Warning,
-                    "Failed",
-                    format!("Error: {message}"),
-                );
-                self.setup_failed(i, "CreateContainerConfigError", message);
+                self.create_failed(i, "CreateContainerConfigError", message);
                 return;
             }
         };
         let paths = match self.paths_for(&spec_container).await {
             Ok(paths) => paths,
             Err(message) => {
-                log::warn!("pod {}: {message}", self.pod.full_name());
-                self.event(
-                    cname,
-                    EventType::Warning,
-                    "Failed",
-                    format!("Error: {message}"),
-                );
-                self.setup_failed(i, "CreateContainerError", message);
+                self.create_failed(i, "CreateContainerError", message);
                 return;
             }
         };
@@ -2313,6 +2299,20 @@ impl Worker {
             }
             paths
         }))
+    }
+
+    /// Container `i` could not be created: logged, a Failed event, and
+    /// the setup backoff.
+    fn create_failed(&mut self, i: usize, reason: &str, message: String) {
+        log::warn!("pod {}: {message}", self.pod.full_name());
+        let name = self.pod.container(i).name.clone();
+        self.event(
+            Some(&name),
+            EventType::Warning,
+            "Failed",
+            format!("Error: {message}"),
+        );
+        self.setup_failed(i, reason, message);
     }
 
     fn setup_failed(&mut self, i: usize, reason: &str, message: String) {

@@ -924,16 +924,13 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             let mut container =
                 convert_container(c, &field, host_network, &volumes, pod_seccomp.clone())?;
             check_proc_mount(&container, host_users, &field)?;
-            container.security.apparmor = match apparmor::from_field(
-                &format!("{field}.securityContext"),
-                c.security_context
-                    .as_ref()
-                    .and_then(|s| s.app_armor_profile.as_ref()),
-            )? {
-                Some(own) => Some(own),
-                None => apparmor::from_annotation(meta.annotations.as_ref(), &c.name)?
-                    .or_else(|| pod_apparmor.clone()),
-            };
+            container.security.apparmor = container_apparmor(
+                &field,
+                c.security_context.as_ref(),
+                &c.name,
+                meta,
+                &pod_apparmor,
+            )?;
             let named_before = init_containers.iter().chain(&containers);
             if named_before
                 .into_iter()
@@ -987,16 +984,13 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         let field = format!("spec.ephemeralContainers[{i}]");
         let mut container = convert_ephemeral(c, &field, host_network, &volumes, &pod_seccomp)?;
         check_proc_mount(&container, host_users, &field)?;
-        container.security.apparmor = match apparmor::from_field(
-            &format!("{field}.securityContext"),
-            c.security_context
-                .as_ref()
-                .and_then(|s| s.app_armor_profile.as_ref()),
-        )? {
-            Some(own) => Some(own),
-            None => apparmor::from_annotation(meta.annotations.as_ref(), &c.name)?
-                .or_else(|| pod_apparmor.clone()),
-        };
+        container.security.apparmor = container_apparmor(
+            &field,
+            c.security_context.as_ref(),
+            &c.name,
+            meta,
+            &pod_apparmor,
+        )?;
         let named_before = init_containers
             .iter()
             .chain(&containers)
@@ -1422,6 +1416,26 @@ fn restart_on_resize(c: &core::Container, field: &str) -> Result<Vec<String>, Po
         }
     }
     Ok(restart)
+}
+
+/// A container's AppArmor profile: its own field, else the annotation
+/// naming it, else the pod's.
+fn container_apparmor(
+    field: &str,
+    security: Option<&core::SecurityContext>,
+    name: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    pod_apparmor: &Option<AppArmorProfile>,
+) -> Result<Option<AppArmorProfile>, PodError> {
+    let own = apparmor::from_field(
+        &format!("{field}.securityContext"),
+        security.and_then(|s| s.app_armor_profile.as_ref()),
+    )?;
+    Ok(match own {
+        Some(own) => Some(own),
+        None => apparmor::from_annotation(meta.annotations.as_ref(), name)?
+            .or_else(|| pod_apparmor.clone()),
+    })
 }
 
 fn check_proc_mount(container: &Container, host_users: bool, field: &str) -> Result<(), PodError> {
