@@ -247,15 +247,20 @@ fn the_kernels_memory_pressure_wakes_eviction_at_once() {
         a.log().contains(woken).then_some(())
     });
     // The stall was the test's process's: its cgroup's own "some" total
-    // (µs) is past the trigger's 200 ms.
-    let pressure = read(&stalled.cgroup, "memory.pressure");
-    let total: u64 = pressure
-        .lines()
-        .next()
-        .and_then(|some| some.rsplit_once("total="))
-        .and_then(|(_, t)| t.parse().ok())
-        .unwrap_or_else(|| panic!("{pressure}"));
-    assert!(total >= 200_000, "{pressure}");
+    // (µs) reaches the trigger's 200 ms. Polled, not read once: the
+    // system-wide trigger also counts the reclaim other tasks do on the
+    // allocation's behalf, so it may fire before the throttled process's
+    // own share has reached 200 ms (seen: 51 ms at the wake).
+    agent.wait_for("the test's cgroup stalled 200 ms", T, |_| {
+        let pressure = read(&stalled.cgroup, "memory.pressure");
+        let total: u64 = pressure
+            .lines()
+            .next()
+            .and_then(|some| some.rsplit_once("total="))
+            .and_then(|(_, t)| t.parse().ok())
+            .unwrap_or_else(|| panic!("{pressure}"));
+        (total >= 200_000).then_some(())
+    });
 }
 
 /// Where the kernel has no PSI (Raspberry Pi kernels unless booted with
