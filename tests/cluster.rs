@@ -122,9 +122,13 @@ fn node_registers_runs_pods_and_deletes_them() {
         .arg("features")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("\"rro\""));
+    let features = serde_json::json!({"recursiveReadOnlyMounts": rro, "userNamespaces": true});
     assert_eq!(
         node["status"]["runtimeHandlers"],
-        serde_json::json!([{"name": "", "features": {"recursiveReadOnlyMounts": rro, "userNamespaces": true}}]),
+        serde_json::json!([
+            {"name": common::runtime(), "features": features},
+            {"name": "", "features": features},
+        ]),
         "{node:#}"
     );
     assert_eq!(node["status"]["capacity"]["pods"], "110");
@@ -3453,6 +3457,82 @@ fn pod_level_resources_size_the_pods_cgroup() {
     assert!(
         quota.as_deref().is_some_and(|q| q.starts_with("50000")),
         "{quota:?}"
+    );
+}
+
+/// runtimeClassName as upstream resolves it. The API server's RuntimeClass
+/// admission gives a pod its class's overhead (which sizes its cgroup) and
+/// refuses a class that does not exist; the node runs a class whose
+/// handler is its runtime, and fails the sandbox of one whose handler it
+/// lacks, or whose class was deleted before the sandbox was made.
+#[test]
+fn runtime_classes_resolve_to_the_nodes_runtime() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let runtime = common::runtime();
+    let classes = format!(
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: native}}\nhandler: {runtime}\noverhead: {{podFixed: {{cpu: 100m, memory: 16Mi}}}}\n---\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: vm}}\nhandler: kata\n---\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: brief}}\nhandler: ''\n"
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&classes));
+    let pod = |name: &str, class: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  nodeName: edge-30\n  runtimeClassName: {class}\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n  containers:\n  - {{name: c, image: '{image}', command: [sleep, '3600'], resources: {{limits: {{cpu: 200m, memory: 64Mi}}}}}}\n"
+        )
+    };
+    // Bound before the node is there; its class is gone when the node
+    // comes to make the sandbox.
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&pod("orphan", "brief")));
+    api.kubectl_ok(&["delete", "runtimeclass", "brief"], None);
+    let (ok, _, err) = api.kubectl(&["apply", "-f", "-"], Some(&pod("ghost", "missing")));
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "pods \"ghost\" is forbidden: pod rejected: RuntimeClass \"missing\" not found"
+        ),
+        "{err}"
+    );
+    let agent = Agent::join(&registry, &api, "edge-30", &[]);
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&pod("native", "native")));
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&pod("vm", "vm")));
+    wait(&agent, "the pod of the node's runtime running", T, || {
+        running(&api, "native").then_some(())
+    });
+    let native = get(&api, &["get", "pod", "native"]).unwrap();
+    assert_eq!(
+        native["spec"]["overhead"],
+        serde_json::json!({"cpu": "100m", "memory": "16Mi"})
+    );
+    let uid = native["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        cgroup_value(
+            &agent,
+            &format!("kubepods/pod{uid}"),
+            &["memory.max", "memory.limit_in_bytes"]
+        )
+        .as_deref(),
+        Some("83886080"),
+        "the limit and the class's overhead"
+    );
+    for (name, message) in [
+        (
+            "vm",
+            "failed to get sandbox runtime: no runtime for \"kata\" is configured",
+        ),
+        ("orphan", "runtimeclasses.node.k8s.io \"brief\" not found"),
+    ] {
+        let waiting = wait(&agent, "the sandbox failure reported", T, || {
+            let p = get(&api, &["get", "pod", name])?;
+            let w = p["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+            w["message"].is_string().then_some(w)
+        });
+        assert_eq!(waiting["reason"], "CreatePodSandboxError", "{waiting:#}");
+        assert_eq!(waiting["message"], message, "{waiting:#}");
+    }
+    let events = api.kubectl_ok(&["get", "events"], None);
+    assert!(
+        events.contains("Failed to create pod sandbox: failed to get sandbox runtime"),
+        "{events}"
     );
 }
 

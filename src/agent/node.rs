@@ -348,14 +348,20 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
             system_uuid: facts.system_uuid.clone(),
             ..Default::default()
         }),
-        // The one handler, the default: the configured runtime.
-        runtime_handlers: Some(vec![core::NodeRuntimeHandler {
-            name: Some(String::new()),
-            features: Some(core::NodeRuntimeHandlerFeatures {
-                recursive_read_only_mounts: Some(ctx.recursive_read_only),
-                user_namespaces: Some(facts.user_namespaces),
-            }),
-        }]),
+        // The configured runtime, under its name and as the default (""),
+        // as containerd lists its runtimes: RuntimeClasses may name either.
+        runtime_handlers: Some(
+            [ctx.runtime.kind.name(), ""]
+                .into_iter()
+                .map(|name| core::NodeRuntimeHandler {
+                    name: Some(name.to_owned()),
+                    features: Some(core::NodeRuntimeHandlerFeatures {
+                        recursive_read_only_mounts: Some(ctx.recursive_read_only),
+                        user_namespaces: Some(facts.user_namespaces),
+                    }),
+                })
+                .collect(),
+        ),
         ..Default::default()
     }
 }

@@ -167,6 +167,18 @@ impl ObjectSource {
         Ok(links)
     }
 
+    /// The handler of RuntimeClass `name`, `None` if there is no such
+    /// class. A GET when a sandbox is made, not upstream's watch of every
+    /// class: a board's uplink carries nothing for pods that name none.
+    pub async fn runtime_handler(&self, name: &str) -> Result<Option<String>, KubeError> {
+        let path = format!("/apis/node.k8s.io/v1/runtimeclasses/{name}");
+        match self.api.get::<Value>(&path).await {
+            Ok(class) => Ok(Some(class["handler"].as_str().unwrap_or("").to_owned())),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Pod `user` no longer needs its objects: watches nobody uses stop.
     pub fn release(&self, user: &str) {
         self.subscribers.borrow_mut().remove(user);

@@ -913,16 +913,52 @@ impl Worker {
             log::warn!("pod {}: {e}", self.pod.full_name());
         }
         if objects != self.objects {
-            let dir = self.dir.clone();
-            let saved = objects.clone();
-            if let Err(e) =
-                crate::helpers::unblock(move || checkpoint::write_objects(&dir, &saved)).await
-            {
-                log::error!("pod {}: {e}", self.pod.full_name());
-            }
             self.objects = objects;
+            self.save_objects().await;
         }
         Ok(())
+    }
+
+    /// Checkpoints the pod's objects, off the loop.
+    async fn save_objects(&self) {
+        let (dir, saved) = (self.dir.clone(), self.objects.clone());
+        if let Err(e) =
+            crate::helpers::unblock(move || checkpoint::write_objects(&dir, &saved)).await
+        {
+            log::error!("pod {}: {e}", self.pod.full_name());
+        }
+    }
+
+    /// Checks that the pod's RuntimeClass names the node's runtime, as
+    /// upstream resolves it before making a sandbox: through the API
+    /// server once, then from the checkpoint. Without an API server
+    /// (standalone) the class is not looked up, as upstream's kubelet
+    /// without a client has no RuntimeClass manager.
+    async fn check_runtime_class(&mut self) -> Result<(), String> {
+        let (Some(class), Some(source)) = (&self.pod.runtime_class, &self.ctx.objects) else {
+            return Ok(());
+        };
+        let handler = match &self.objects.runtime_handler {
+            Some(handler) => handler.clone(),
+            None => match source.runtime_handler(class).await {
+                Ok(Some(handler)) => {
+                    self.objects.runtime_handler = Some(handler.clone());
+                    self.save_objects().await;
+                    handler
+                }
+                Ok(None) => {
+                    return Err(format!("runtimeclasses.node.k8s.io {class:?} not found"));
+                }
+                Err(e) => return Err(format!("failed to lookup RuntimeClass {class}: {e}")),
+            },
+        };
+        if handler.is_empty() || handler == self.ctx.runtime.kind.name() {
+            Ok(())
+        } else {
+            Err(format!(
+                "failed to get sandbox runtime: no runtime for {handler:?} is configured"
+            ))
+        }
     }
 
     /// The Services whose variables a starting container gets. Without the
@@ -940,12 +976,7 @@ impl Worker {
         {
             Ok(links) if self.objects.services.as_ref() != Some(&links) => {
                 self.objects.services = Some(links);
-                let (dir, saved) = (self.dir.clone(), self.objects.clone());
-                if let Err(e) =
-                    crate::helpers::unblock(move || checkpoint::write_objects(&dir, &saved)).await
-                {
-                    log::error!("pod {}: {e}", self.pod.full_name());
-                }
+                self.save_objects().await;
             }
             Ok(_) => {}
             Err(e) => {
@@ -1211,6 +1242,9 @@ impl Worker {
                 .ensure_pod(self.pod.qos, &self.pod.uid, &limits)
                 .map_err(|e| e.to_string())?;
             if self.paths.is_none() {
+                self.check_runtime_class()
+                    .await
+                    .map_err(SandboxFailure::Sandbox)?;
                 let paths = self.create_sandbox().await.map_err(|e| match e {
                     // Upstream's volume manager reports these, not the
                     // sandbox: FailedMount, and the pod stays
@@ -1266,6 +1300,12 @@ impl Worker {
                     }
                     SandboxFailure::Sandbox(message) => {
                         log::error!("pod {}: sandbox: {message}", self.pod.full_name());
+                        self.event(
+                            None,
+                            EventType::Warning,
+                            "FailedCreatePodSandBox",
+                            format!("Failed to create pod sandbox: {message}"),
+                        );
                         ("CreatePodSandboxError", message)
                     }
                 };

@@ -122,6 +122,9 @@ pub struct Pod {
     /// Added to a running pod (`kubectl debug`), never restarted or
     /// removed; after the others in [`Pod::container`]'s numbering.
     pub ephemeral_containers: Vec<Container>,
+    /// `runtimeClassName`: resolved to a handler through the API server
+    /// when the sandbox is made; the node's runtime must be that handler.
+    pub runtime_class: Option<String>,
     /// `overhead` (CPU millicores, memory bytes): what the runtime class
     /// costs beside the containers.
     pub overhead: (u64, u64),

@@ -150,6 +150,10 @@ pub struct PodObjects {
     /// (`None`: never read).
     #[serde(default)]
     pub services: Option<Vec<ServiceLink>>,
+    /// The handler of the pod's RuntimeClass, once read: a sandbox made
+    /// again after a reboot needs no API server for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_handler: Option<String>,
 }
 
 /// A service account token source of a pod: the token's audience and

@@ -513,6 +513,8 @@ const SPEC: &[(&str, Shape)] = &[
     ("os", Object(&[("name", Leaf)])),
     ("priority", Leaf),
     ("priorityClassName", Leaf),
+    // Resolved when the sandbox is made (cluster mode).
+    ("runtimeClassName", Leaf),
     // Set by RuntimeClass admission: counted by admission and the pod's
     // cgroup, as upstream's kubelet does.
     ("overhead", QuantityMap),
@@ -800,6 +802,10 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
     if let Some(subdomain) = &subdomain {
         dns_label("spec.subdomain", subdomain, 63)?;
     }
+    let runtime_class = spec.runtime_class_name.clone().filter(|s| !s.is_empty());
+    if let Some(class) = &runtime_class {
+        dns_label("spec.runtimeClassName", class, 253)?;
+    }
     let hostname = spec.hostname.clone().unwrap_or_else(|| name.clone());
     // Linux host names are at most 64 bytes; upstream truncates the pod name
     // to 63 characters.
@@ -1020,6 +1026,7 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
     Ok(Pod {
         init_containers,
         ephemeral_containers,
+        runtime_class,
         overhead,
         pod_resources,
         uid,
@@ -2093,6 +2100,26 @@ mod tests {
             "containers": [{"name": "c", "image": "b"}]});
         let err = validate(&pod(unknown), "f", "u").unwrap_err();
         assert!(err.to_string().contains("seLinuxOptions.colour"), "{err}");
+    }
+
+    #[test]
+    fn a_runtime_class_name_is_kept_for_the_sandbox_and_must_be_a_dns_name() {
+        let named = |name: &str| {
+            validate(
+                &pod(
+                    json!({"runtimeClassName": name, "containers": [{"name": "c", "image": "b"}]}),
+                ),
+                "f",
+                "u",
+            )
+        };
+        assert_eq!(
+            named("gvisor").unwrap().runtime_class.as_deref(),
+            Some("gvisor")
+        );
+        assert_eq!(named("").unwrap().runtime_class, None);
+        let err = named("Kata_VM").unwrap_err();
+        assert!(err.to_string().contains("spec.runtimeClassName"), "{err}");
     }
 
     #[test]

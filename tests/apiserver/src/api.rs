@@ -108,6 +108,9 @@ fn typed_check(resource: &Resource, object: &Value, strict: bool) -> ApiResult<(
         ("events.k8s.io", _) => roundtrip::<ev::Event>(object),
         ("certificates.k8s.io", _) => roundtrip::<cert::CertificateSigningRequest>(object),
         ("apps", "DaemonSet") => roundtrip::<k8s_openapi::api::apps::v1::DaemonSet>(object),
+        ("node.k8s.io", "RuntimeClass") => {
+            roundtrip::<k8s_openapi::api::node::v1::RuntimeClass>(object)
+        }
         _ => return Ok(()),
     }
     .map_err(|e| ApiError::bad_request(format!("error decoding {}: {e}", resource.kind)))?;
@@ -387,6 +390,20 @@ impl Api {
         if (resource.group, resource.plural) == ("", "pods") {
             let volume = format!("kube-api-access-{}", random_suffix(5));
             defaults::pod(&mut object, &volume);
+            let class = object
+                .pointer("/spec/runtimeClassName")
+                .and_then(Value::as_str)
+                .and_then(|c| {
+                    let k = key("node.k8s.io/runtimeclasses", "", c);
+                    self.store.borrow().get(&k).cloned()
+                });
+            crate::admission::runtime_class(&mut object, class.as_ref()).map_err(|why| {
+                ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!("pods \"{name}\" is forbidden: {why}"),
+                )
+            })?;
         }
         if (resource.group, resource.plural) == ("", "namespaces") {
             object["status"] = json!({"phase": "Active"});

@@ -244,6 +244,7 @@ pub fn authorize(api: &Api, node: &str, a: &Attributes, body: &Value) -> Result<
             Ok(())
         }
         ("", "services" | "endpoints", None) if reading => Ok(()),
+        ("node.k8s.io", "runtimeclasses", None) if reading => Ok(()),
         ("certificates.k8s.io", "certificatesigningrequests", None)
             if matches!(a.verb, "create" | "get" | "list" | "watch") =>
         {

@@ -5,6 +5,7 @@
 //! kubeconfig.
 
 mod admin;
+mod admission;
 mod api;
 mod authz;
 mod controllers;

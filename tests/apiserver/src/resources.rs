@@ -160,6 +160,17 @@ pub const RESOURCES: &[Resource] = &[
         has_status: true,
     },
     Resource {
+        group: "node.k8s.io",
+        version: "v1",
+        plural: "runtimeclasses",
+        singular: "runtimeclass",
+        kind: "RuntimeClass",
+        namespaced: false,
+        short_names: &[],
+        subresources: &[],
+        has_status: false,
+    },
+    Resource {
         group: "rbac.authorization.k8s.io",
         version: "v1",
         plural: "clusterroles",
