@@ -1506,6 +1506,79 @@ spec:
     );
 }
 
+/// `lifecycle.stopSignal` replaces the image's signal when the pod stops
+/// (a realtime one too, which the runtime gets by number), and status
+/// reports it and the container's volume mounts.
+#[test]
+fn a_containers_stop_signal_is_what_stops_it() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    let out = common::TempDir::new("nanolet-stop-signal");
+    let out = out.path();
+    // A shell as PID 1 ignores SIGTERM it has no trap for: only the named
+    // signal ends these before the grace period.
+    let trapping = |signal: &str, file: &str| {
+        format!("trap 'echo {signal} > /out/{file}; exit 0' {signal}; while true; do sleep 1; done")
+    };
+    agent.write_manifest(
+        "signals.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: signals}}
+spec:
+  os: {{name: linux}}
+  terminationGracePeriodSeconds: 60
+  volumes: [{{name: out, hostPath: {{path: {out}}}}}]
+  containers:
+  - name: quit
+    image: {image}
+    command: [sh, -c, {quit:?}]
+    volumeMounts: [{{name: out, mountPath: /out}}]
+    lifecycle: {{stopSignal: SIGQUIT}}
+  - name: realtime
+    image: {image}
+    command: [sh, -c, {realtime:?}]
+    volumeMounts: [{{name: out, mountPath: /out, readOnly: false}}]
+    lifecycle: {{stopSignal: SIGRTMIN+3}}
+",
+            out = out.display(),
+            quit = trapping("QUIT", "quit"),
+            realtime = trapping("37", "realtime"),
+        ),
+    );
+    let status = agent.wait_for("both running", T, |a| {
+        let c = a.container_status("signals", "realtime")?;
+        let other = a.container_status("signals", "quit")?;
+        (c["state"]["running"].is_object() && other["state"]["running"].is_object())
+            .then_some(other)
+    });
+    assert_eq!(status["stopSignal"], "SIGQUIT", "{status:#}");
+    assert_eq!(
+        status["volumeMounts"],
+        serde_json::json!([{"name": "out", "mountPath": "/out"}]),
+        "{status:#}"
+    );
+    let started = std::time::Instant::now();
+    agent.remove_manifest("signals.yaml");
+    agent.wait_for("the pod gone", T, |a| {
+        a.record("signals").is_none().then_some(())
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "waited out the grace period"
+    );
+    assert_eq!(
+        fs::read_to_string(out.join("quit")).unwrap_or_default(),
+        "QUIT\n"
+    );
+    assert_eq!(
+        fs::read_to_string(out.join("realtime")).unwrap_or_default(),
+        "37\n"
+    );
+}
+
 #[test]
 fn security_contexts_and_volume_options() {
     let registry = Registry::start();

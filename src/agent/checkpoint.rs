@@ -37,7 +37,8 @@ pub struct Checkpoint {
 #[serde(rename_all = "camelCase")]
 pub struct ContainerRecord {
     pub view: ContainerView,
-    /// The image's STOPSIGNAL for the current instance.
+    /// The stop signal of the current instance: the container's
+    /// stopSignal, else the image's STOPSIGNAL.
     #[serde(default)]
     pub stop_signal: Option<String>,
     /// Its last instance ran in a sandbox since recreated (a reboot): the
@@ -47,13 +48,10 @@ pub struct ContainerRecord {
 }
 
 impl ContainerRecord {
-    /// The signal that stops the instance, as runc names it: the image's
-    /// STOPSIGNAL, else TERM.
+    /// The signal that stops the instance, as the runtime's `kill` takes
+    /// it: the container's stopSignal or the image's STOPSIGNAL, else TERM.
     pub fn stop_signal(&self) -> String {
-        self.stop_signal
-            .as_deref()
-            .map(|s| s.trim_start_matches("SIG").to_owned())
-            .unwrap_or_else(|| "TERM".into())
+        crate::pod::signal::for_runtime(self.stop_signal.as_deref().unwrap_or("TERM"))
     }
 }
 

@@ -2210,9 +2210,13 @@ impl Worker {
                 gid: user.gid,
                 supplemental_groups: groups,
             });
+            c.record.view.recursive_read_only = self.ctx.recursive_read_only;
             c.record.view.container_id = Some(id.clone());
             c.record.view.running_since = None;
-            c.record.stop_signal = image.config.stop_signal.clone();
+            c.record.stop_signal = spec_container
+                .stop_signal
+                .clone()
+                .or_else(|| image.config.stop_signal.clone());
             c.record.view.restart_count
         };
         self.save_containers();

@@ -9,6 +9,7 @@ pub mod manifest;
 pub mod objects;
 pub mod probe;
 pub mod scheduling;
+pub mod signal;
 pub mod status;
 mod validate;
 pub mod volumes;
@@ -158,6 +159,8 @@ pub struct Container {
     pub mounts: Vec<VolumeMount>,
     pub probes: probe::Probes,
     pub hooks: probe::Hooks,
+    /// `lifecycle.stopSignal` (`SIGQUIT`), over the image's STOPSIGNAL.
+    pub stop_signal: Option<String>,
     pub role: ContainerRole,
     /// Where the container writes why it ended (terminationMessagePath).
     pub termination_message_path: String,

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
-use super::{ContainerRole, Pod, RestartPolicy};
+use super::{Container, ContainerRole, Pod, RecursiveReadOnly, RestartPolicy};
 
 /// How a container instance ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +53,10 @@ pub struct ContainerView {
     /// `containerStatuses[].user`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<ProcessUser>,
+    /// Its read-only mounts that asked for `recursiveReadOnly: IfPossible`
+    /// got it: the node could when the instance was made.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recursive_read_only: bool,
     /// What its probes say of the running instance; `None` without probes
     /// (running means ready and started). Never saved: probes start over.
     #[serde(skip)]
@@ -75,6 +79,31 @@ fn terminated_state(t: &Terminated, runtime: &str) -> core::ContainerStateTermin
         container_id: Some(format!("{runtime}://{}", t.container_id)),
         message: t.message.clone(),
     }
+}
+
+/// `containerStatuses[].volumeMounts`: the container's mounts, with
+/// whether a read-only one is recursively read-only (upstream resolves
+/// `IfPossible` to what the runtime did).
+fn mount_statuses(c: &Container, rro_supported: bool) -> Vec<core::VolumeMountStatus> {
+    c.mounts
+        .iter()
+        .map(|m| {
+            let recursive = match m.recursive_read_only {
+                RecursiveReadOnly::Enabled => true,
+                RecursiveReadOnly::IfPossible => rro_supported,
+                RecursiveReadOnly::Disabled => false,
+            };
+            core::VolumeMountStatus {
+                name: m.volume.clone(),
+                mount_path: m.path.clone(),
+                read_only: m.read_only.then_some(true),
+                recursive_read_only: m
+                    .read_only
+                    .then(|| if recursive { "Enabled" } else { "Disabled" }.to_owned()),
+                ..Default::default()
+            }
+        })
+        .collect()
 }
 
 /// Where the pod is in its life, as far as its status shows it.
@@ -260,11 +289,10 @@ pub fn pod_status(
                 }
             };
             let running = state.running.is_some();
+            let spec = pod.every_container().nth(i);
             // What is allocated to it, and applied while it runs (an
             // in-place resize changes both).
-            let (requests, limits) = pod
-                .every_container()
-                .nth(i)
+            let (requests, limits) = spec
                 .map(|c| resource_lists(&c.resources))
                 .unwrap_or_default();
             let allocated = (!requests.is_empty()).then(|| requests.clone());
@@ -287,6 +315,10 @@ pub fn pod_status(
                 }),
                 allocated_resources: allocated,
                 resources: applied,
+                stop_signal: spec.and_then(|c| c.stop_signal.clone()),
+                volume_mounts: spec
+                    .filter(|_| v.container_id.is_some())
+                    .map(|c| mount_statuses(c, v.recursive_read_only)),
                 name: v.name.clone(),
                 image: v.image.clone(),
                 image_id: v.image_id.clone(),

@@ -322,7 +322,11 @@ const CONTAINER: &[(&str, Shape)] = &[
     ("restartPolicy", Leaf),
     (
         "lifecycle",
-        Object(&[("postStart", Object(HANDLER)), ("preStop", Object(HANDLER))]),
+        Object(&[
+            ("postStart", Object(HANDLER)),
+            ("preStop", Object(HANDLER)),
+            ("stopSignal", Leaf),
+        ]),
     ),
     ("startupProbe", Object(PROBE)),
     ("livenessProbe", Object(PROBE)),
@@ -930,6 +934,13 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             let mut container =
                 convert_container(c, &field, host_network, &volumes, pod_seccomp.clone())?;
             check_proc_mount(&container, host_users, &field)?;
+            // Upstream ties the signal's meaning to the pod's OS.
+            if container.stop_signal.is_some() && spec.os.is_none() {
+                return Err(invalid(
+                    format!("{field}.lifecycle.stopSignal"),
+                    "Forbidden: may not be set for containers with empty `spec.os.name`",
+                ));
+            }
             container.security.apparmor = container_apparmor(
                 &field,
                 c.security_context.as_ref(),
@@ -1822,9 +1833,21 @@ fn convert_container(
     }
     let probes = super::probe::convert_probes(field, c)?;
     let hooks = super::probe::convert_hooks(field, c)?;
+    let stop_signal = c.lifecycle.as_ref().and_then(|l| l.stop_signal.clone());
+    if let Some(signal) = &stop_signal
+        && !super::signal::is_linux_stop_signal(signal)
+    {
+        return Err(invalid(
+            format!("{field}.lifecycle.stopSignal"),
+            format!(
+                "Unsupported value: {signal:?}: not a Linux signal name (SIGTERM, SIGQUIT, SIGRTMIN+1, ...)"
+            ),
+        ));
+    }
     Ok(Container {
         probes,
         hooks,
+        stop_signal,
         termination_message_path,
         termination_message_from_logs,
         input,
@@ -2120,6 +2143,29 @@ mod tests {
         assert_eq!(named("").unwrap().runtime_class, None);
         let err = named("Kata_VM").unwrap_err();
         assert!(err.to_string().contains("spec.runtimeClassName"), "{err}");
+    }
+
+    #[test]
+    fn a_stop_signal_needs_the_pods_os_and_a_linux_signal() {
+        let with = |os: Value, signal: &str| {
+            let mut spec = json!({"containers": [{"name": "c", "image": "b",
+                "lifecycle": {"stopSignal": signal}}]});
+            if !os.is_null() {
+                spec["os"] = os;
+            }
+            validate(&pod(spec), "f", "u")
+        };
+        let p = with(json!({"name": "linux"}), "SIGQUIT").unwrap();
+        assert_eq!(p.containers[0].stop_signal.as_deref(), Some("SIGQUIT"));
+        let err = with(Value::Null, "SIGQUIT").unwrap_err().to_string();
+        assert!(err.contains("spec.os.name"), "{err}");
+        let err = with(json!({"name": "linux"}), "SIGCTRL_BREAK")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("spec.containers[0].lifecycle.stopSignal"),
+            "{err}"
+        );
     }
 
     #[test]
