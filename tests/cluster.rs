@@ -3460,6 +3460,76 @@ fn pod_level_resources_size_the_pods_cgroup() {
     );
 }
 
+/// A memory limit lowered below what the pod uses is not written (the
+/// kernel would reclaim or OOM-kill at once): the resize stays in progress
+/// with upstream's error, and is written once the memory is freed.
+#[test]
+fn a_memory_limit_lowered_below_usage_waits_for_the_memory_to_go() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start();
+    let agent = Agent::join(&registry, &api, "edge-31", &[]);
+    // 40 MiB of tmpfs pages, charged to the container that wrote them.
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: hog}}\nspec:\n  terminationGracePeriodSeconds: 2\n  automountServiceAccountToken: false\n  containers:\n  - name: main\n    image: {image}\n    command: [sh, -c, 'head -c 41943040 /dev/zero > /dev/shm/fill; sleep 3600']\n    resources: {{requests: {{memory: 32Mi}}, limits: {{memory: 64Mi}}}}\n"
+    );
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+    wait(&agent, "the pod running", T, || {
+        running(&api, "hog").then_some(())
+    });
+    let pod = get(&api, &["get", "pod", "hog"]).unwrap();
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    let below = format!("kubepods/burstable/pod{uid}");
+    let used = || {
+        cgroup_value(&agent, &below, &["memory.current", "memory.usage_in_bytes"])
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    wait(&agent, "40 MiB in use", T, || {
+        (used() >= 40 << 20).then_some(())
+    });
+    let limit = || cgroup_value(&agent, &below, &["memory.max", "memory.limit_in_bytes"]);
+    assert_eq!(limit().as_deref(), Some("67108864"));
+    let patch =
+        r#"{"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"32Mi"}}}]}}"#;
+    api.kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "hog",
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ],
+        None,
+    );
+    let in_progress = |p: &Value| -> Option<Value> {
+        p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodResizeInProgress")
+            .cloned()
+    };
+    let condition = wait(&agent, "the resize left undone", T, || {
+        in_progress(&get(&api, &["get", "pod", "hog"])?)
+    });
+    assert_eq!(condition["reason"], "Error", "{condition:#}");
+    assert_eq!(
+        condition["message"],
+        "aborting attempt to set pod memory limit less than current memory usage for pod hog"
+    );
+    assert_eq!(limit().as_deref(), Some("67108864"));
+    api.kubectl_ok(&["exec", "hog", "--", "rm", "/dev/shm/fill"], None);
+    wait(&agent, "the lower limit written", T, || {
+        (limit().as_deref() == Some("33554432")).then_some(())
+    });
+    wait(&agent, "the resize done", T, || {
+        let p = get(&api, &["get", "pod", "hog"])?;
+        in_progress(&p).is_none().then_some(())
+    });
+}
+
 /// runtimeClassName as upstream resolves it. The API server's RuntimeClass
 /// admission gives a pod its class's overhead (which sizes its cgroup) and
 /// refuses a class that does not exist; the node runs a class whose

@@ -155,7 +155,20 @@ pub struct Worker {
     start_observed: bool,
     /// Where its in-place resize is, for the pod's conditions.
     resize: status::ResizeState,
+    /// An in-place resize that could not be written yet, tried again.
+    resize_retry: Option<ResizeRetry>,
 }
+
+/// A resize left undone (memory in use above a lowered limit): the limits
+/// the cgroups still have, which containers changed, and when to try again.
+struct ResizeRetry {
+    applied: Box<Pod>,
+    resized: Vec<usize>,
+    at: Instant,
+}
+
+/// How often a resize left undone is tried again.
+const RESIZE_RETRY: Duration = Duration::from_secs(10);
 
 /// How often emptyDir sizeLimits are checked: upstream's eviction interval.
 const STORAGE_CHECK: Duration = Duration::from_secs(10);
@@ -308,6 +321,7 @@ impl Worker {
             storage_verdicts: smol::channel::bounded(1),
             storage_measuring: false,
             resize: Default::default(),
+            resize_retry: None,
         }
     }
 
@@ -506,8 +520,19 @@ impl Worker {
                 log::warn!("pod {name}: {e}");
             }
         }
-        if crate::agent::resized(&old, &self.pod) {
-            self.resize_in_place(&old, &resized).await;
+        // A resize still undone: the cgroups hold its older limits.
+        let (applied, resized) = match self.resize_retry.take() {
+            Some(retry) => {
+                let mut all = retry.resized;
+                all.extend(resized);
+                all.sort_unstable();
+                all.dedup();
+                (*retry.applied, all)
+            }
+            None => (old, resized),
+        };
+        if crate::agent::resized(&applied, &self.pod) {
+            self.resize_in_place(&applied, &resized).await;
         }
         let checkpoint = Checkpoint {
             uid: self.pod.uid.clone(),
@@ -545,7 +570,8 @@ impl Worker {
                 .map(|(a, b)| a.max(b)),
             pids_max: after.pids_max,
         };
-        let containers: Vec<(String, crate::cgroup::Limits)> = resized
+        // The running ones: (index, cgroup path, new limits).
+        let containers: Vec<(usize, String, crate::cgroup::Limits)> = resized
             .iter()
             .filter_map(|&i| {
                 let view = &self.containers[i].record.view;
@@ -561,6 +587,7 @@ impl Worker {
                     pids_max: None,
                 };
                 Some((
+                    i,
                     self.ctx
                         .cgroups
                         .container_path(self.pod.qos, &self.pod.uid, id),
@@ -568,14 +595,49 @@ impl Worker {
                 ))
             })
             .collect();
+        // A limit lowered below what is in use would have the kernel
+        // reclaim or OOM-kill at once: upstream leaves such a resize
+        // undone and tries again.
+        let lowered =
+            |old: Option<u64>, new: Option<u64>| new.filter(|n| old.is_none_or(|o| *n < o));
+        let pod_check = lowered(before.memory_max, after.memory_max);
+        let container_checks: Vec<(String, String, u64)> = containers
+            .iter()
+            .filter_map(|(i, path, limits)| {
+                let i = *i;
+                let limit = lowered(old.container(i).resources.memory_limit, limits.memory_max)?;
+                Some((self.pod.container(i).name.clone(), path.clone(), limit))
+            })
+            .collect();
         let cgroups = self.ctx.cgroups.clone();
-        let (qos, uid) = (self.pod.qos, self.pod.uid.clone());
+        let (qos, uid, pod_name) = (self.pod.qos, self.pod.uid.clone(), self.pod.name.clone());
         let applied = crate::helpers::unblock(move || {
-            cgroups.ensure_pod(qos, &uid, &larger)?;
-            for (path, limits) in &containers {
-                crate::cgroup::ensure_limits(cgroups.version, path, limits)?;
+            let version = cgroups.version;
+            let in_use = |path: &str, limit: u64| {
+                crate::cgroup::usage::read(version, path).is_some_and(|u| u.memory_bytes >= limit)
+            };
+            if let Some(limit) = pod_check
+                && in_use(&cgroups.pod_path(qos, &uid), limit)
+            {
+                return Err(format!(
+                    "aborting attempt to set pod memory limit less than current memory usage for pod {pod_name}"
+                ));
             }
-            cgroups.ensure_pod(qos, &uid, &after)
+            for (container, path, limit) in &container_checks {
+                if in_use(path, *limit) {
+                    return Err(format!(
+                        "aborting attempt to set container memory limit less than current memory usage for container {container}"
+                    ));
+                }
+            }
+            let write = || -> Result<(), crate::cgroup::CgroupError> {
+                cgroups.ensure_pod(qos, &uid, &larger)?;
+                for (_, path, limits) in &containers {
+                    crate::cgroup::ensure_limits(version, path, limits)?;
+                }
+                cgroups.ensure_pod(qos, &uid, &after)
+            };
+            write().map_err(|e| e.to_string())
         })
         .await;
         let name = self.pod.full_name();
@@ -583,11 +645,27 @@ impl Worker {
             Ok(()) => {
                 log::info!("pod {name}: resized in place");
                 self.resize.error = None;
+                self.resize_retry = None;
             }
             Err(e) => {
                 log::warn!("pod {name}: resizing: {e}");
-                self.resize.error = Some(e.to_string());
+                self.resize.error = Some(e);
+                self.resize_retry = Some(ResizeRetry {
+                    applied: Box::new(old.clone()),
+                    resized: resized.to_vec(),
+                    at: Instant::now() + RESIZE_RETRY,
+                });
             }
+        }
+    }
+
+    /// Tries a resize left undone again, when it is time.
+    async fn retry_resize(&mut self, now: Instant) {
+        if self.resize_retry.as_ref().is_none_or(|r| r.at > now) {
+            return;
+        }
+        if let Some(retry) = self.resize_retry.take() {
+            self.resize_in_place(&retry.applied, &retry.resized).await;
         }
     }
 
@@ -745,6 +823,7 @@ impl Worker {
             .chain(refresh)
             .chain(self.storage_check_at.filter(|_| self.evicted.is_none()))
             .chain(self.active_deadline().filter(|_| self.evicted.is_none()))
+            .chain(self.resize_retry.as_ref().map(|r| r.at))
             .min()
     }
 
@@ -1666,6 +1745,7 @@ impl Worker {
             }
         }
         self.enforce_active_deadline().await;
+        self.retry_resize(now).await;
         // An evicted pod's stop deadlines still hold; nothing starts.
         if self.evicted.is_some() {
             return false;
