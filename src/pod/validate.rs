@@ -485,6 +485,7 @@ const SPEC: &[(&str, Shape)] = &[
     ("hostIPC", Leaf),
     ("hostUsers", Leaf),
     ("hostname", Leaf),
+    ("hostnameOverride", Leaf),
     ("nodeName", Leaf),
     ("dnsPolicy", Leaf),
     (
@@ -802,20 +803,44 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
         }
         host_aliases.push((alias.ip.clone(), names));
     }
-    let subdomain = spec.subdomain.clone().filter(|s| !s.is_empty());
+    let mut subdomain = spec.subdomain.clone().filter(|s| !s.is_empty());
     if let Some(subdomain) = &subdomain {
         dns_label("spec.subdomain", subdomain, 63)?;
+    }
+    let hostname_override = spec.hostname_override.clone().filter(|s| !s.is_empty());
+    if let Some(name) = &hostname_override {
+        dns_label("spec.hostnameOverride", name, 64)?;
+        if spec.set_hostname_as_fqdn == Some(true) {
+            return Err(invalid(
+                "spec.hostnameOverride",
+                "Invalid value: may not be set when setHostnameAsFQDN is true",
+            ));
+        }
+        if host_network {
+            return Err(invalid(
+                "spec.hostnameOverride",
+                "Invalid value: may not be set when hostNetwork is true",
+            ));
+        }
+        // It is the host name alone: no domain, whatever the subdomain.
+        subdomain = None;
     }
     let runtime_class = spec.runtime_class_name.clone().filter(|s| !s.is_empty());
     if let Some(class) = &runtime_class {
         dns_label("spec.runtimeClassName", class, 253)?;
     }
-    let hostname = spec.hostname.clone().unwrap_or_else(|| name.clone());
-    // Linux host names are at most 64 bytes; upstream truncates the pod name
-    // to 63 characters.
-    let hostname: String = hostname.chars().take(63).collect::<String>();
-    let hostname = hostname.trim_end_matches(['-', '.']).to_owned();
-    dns_label("spec.hostname", &hostname, 63)?;
+    let hostname = match hostname_override {
+        Some(name) => name,
+        None => {
+            let hostname = spec.hostname.clone().unwrap_or_else(|| name.clone());
+            // Linux host names are at most 64 bytes; upstream truncates the
+            // pod name to 63 characters.
+            let hostname: String = hostname.chars().take(63).collect::<String>();
+            let hostname = hostname.trim_end_matches(['-', '.']).to_owned();
+            dns_label("spec.hostname", &hostname, 63)?;
+            hostname
+        }
+    };
 
     let security = spec.security_context.as_ref();
     let run_as_user = id_from(
@@ -2166,6 +2191,30 @@ mod tests {
             err.contains("spec.containers[0].lifecycle.stopSignal"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_hostname_override_is_the_whole_host_name() {
+        let with = |extra: Value| {
+            let mut spec = json!({"hostname": "h", "subdomain": "s",
+                "hostnameOverride": "board-7.plant.example", "containers": [{"name": "c", "image": "b"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                spec[k] = v.clone();
+            }
+            validate(&pod(spec), "f", "u")
+        };
+        let p = with(json!({})).unwrap();
+        assert_eq!(p.hostname, "board-7.plant.example");
+        assert_eq!(p.subdomain, None);
+        for conflict in [
+            json!({"setHostnameAsFQDN": true}),
+            json!({"hostNetwork": true}),
+            json!({"hostnameOverride": "Not_A_Name"}),
+            json!({"hostnameOverride": "a".repeat(65)}),
+        ] {
+            let err = with(conflict.clone()).unwrap_err().to_string();
+            assert!(err.contains("spec.hostnameOverride"), "{conflict}: {err}");
+        }
     }
 
     #[test]
