@@ -1506,6 +1506,51 @@ spec:
     );
 }
 
+/// An edited static pod is a new pod (a new UID); as upstream, it starts
+/// only once the old one has stopped: never two of one name at a time.
+#[test]
+fn an_edited_static_pod_starts_after_the_old_one_stopped() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    let out = common::TempDir::new("nanolet-static-edit");
+    let out = out.path();
+    // Each instance notes its start, and takes 3 s to stop.
+    let main = "echo start $V >> /out/log; trap 'sleep 3; echo stop $V >> /out/log; exit 0' TERM; while true; do sleep 1; done";
+    let manifest = |version: &str| {
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: edited}}
+spec:
+  terminationGracePeriodSeconds: 30
+  volumes: [{{name: out, hostPath: {{path: {out}}}}}]
+  containers:
+  - name: c
+    image: {image}
+    command: [sh, -c, {main:?}]
+    env: [{{name: V, value: {version}}}]
+    volumeMounts: [{{name: out, mountPath: /out}}]
+",
+            out = out.display(),
+        )
+    };
+    let log = || fs::read_to_string(out.join("log")).unwrap_or_default();
+    agent.write_manifest("edited.yaml", &manifest("v1"));
+    agent.wait_for("v1 started", T, |_| (log() == "start v1\n").then_some(()));
+    agent.write_manifest("edited.yaml", &manifest("v2"));
+    agent.wait_for("v2 started", T, |_| {
+        log().contains("start v2").then_some(())
+    });
+    assert_eq!(log(), "start v1\nstop v1\nstart v2\n");
+    let running: Vec<Value> = agent
+        .records()
+        .into_iter()
+        .filter(|r| r["name"] == "edited")
+        .collect();
+    assert_eq!(running.len(), 1, "{running:#?}");
+}
+
 /// `lifecycle.stopSignal` replaces the image's signal when the pod stops
 /// (a realtime one too, which the runtime gets by number), and status
 /// reports it and the container's volume mounts.

@@ -390,6 +390,8 @@ pub async fn run(
     // Running pods whose update was ignored, logged once.
     let mut kept_reported: HashSet<String> = HashSet::new();
     let mut delete_requested: HashSet<String> = HashSet::new();
+    // Static pods waiting for an older pod of their name to stop.
+    let mut static_waiting: HashSet<String> = HashSet::new();
     let registered_node = admission::NodeView {
         name: ctx.config.node_name.clone(),
         labels: node::labels(&ctx),
@@ -456,9 +458,28 @@ pub async fn run(
                     }
                 }
                 for (uid, pod) in desired {
-                    if !workers.contains_key(&uid) {
-                        spawn_worker(pod, Timestamp::now(), &mut workers);
+                    if workers.contains_key(&uid) {
+                        continue;
                     }
+                    // One static pod per full name at a time, as upstream:
+                    // an edited manifest's pod (a new UID) starts once the
+                    // old one has stopped, whose host ports and files it
+                    // may want.
+                    let name = pod.full_name();
+                    if let Some(old) = workers
+                        .iter()
+                        .find(|(_, h)| !h.from_api && h.pod.full_name() == name)
+                    {
+                        if static_waiting.insert(uid.clone()) {
+                            log::info!(
+                                "pod {name} ({uid}) waits for its previous instance ({}) to stop",
+                                old.0
+                            );
+                        }
+                        continue;
+                    }
+                    static_waiting.remove(&uid);
+                    spawn_worker(pod, Timestamp::now(), &mut workers);
                 }
             }
         }
