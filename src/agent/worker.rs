@@ -48,6 +48,21 @@ pub enum Control {
     ResizePending(Option<(String, String)>),
 }
 
+/// Waits for a Terminate (or the agent gone: `None`), keeping every other
+/// message in `deferred` for after the work it interrupts.
+async fn until_terminate(
+    control: &Receiver<Control>,
+    deferred: &mut Vec<Control>,
+) -> Option<Option<Control>> {
+    loop {
+        match control.recv().await {
+            Ok(terminate @ Control::Terminate { .. }) => return Some(Some(terminate)),
+            Ok(other) => deferred.push(other),
+            Err(_) => return Some(None),
+        }
+    }
+}
+
 struct ContainerState {
     record: ContainerRecord,
     /// When the current instance ended (monotonic), for the restart backoff.
@@ -347,19 +362,24 @@ impl Worker {
                 return;
             }
             // A pod deleted while it pulls a large image over a slow link
-            // must not wait for the pull: the pass is abandoned.
+            // must not wait for the pull: the pass is abandoned. Nothing
+            // else interrupts it: other messages wait for its end.
             let control = self.control.clone();
-            let terminate = async { Some(control.recv().await.ok()) };
+            let mut deferred = Vec::new();
+            let terminate = until_terminate(&control, &mut deferred);
             let mut progressed = false;
-            if let Some(control) = async {
+            let interrupted = async {
                 self.check_local_storage().await;
                 progressed = self.sync().await;
                 self.launch_probes();
                 None
             }
             .or(terminate)
-            .await
-            {
+            .await;
+            for control in deferred {
+                self.on_control(Some(control)).await;
+            }
+            if let Some(control) = interrupted {
                 self.on_control(control).await;
                 continue;
             }
@@ -381,14 +401,18 @@ impl Worker {
                 // hooks: a deletion meanwhile takes over, as in the pass.
                 Wake::Probe(result) => {
                     let control = self.control.clone();
-                    let terminate = async { Some(control.recv().await.ok()) };
-                    if let Some(control) = async {
+                    let mut deferred = Vec::new();
+                    let terminate = until_terminate(&control, &mut deferred);
+                    let interrupted = async {
                         self.on_probe_result(result).await;
                         None
                     }
                     .or(terminate)
-                    .await
-                    {
+                    .await;
+                    for control in deferred {
+                        self.on_control(Some(control)).await;
+                    }
+                    if let Some(control) = interrupted {
                         self.on_control(control).await;
                     }
                 }
@@ -692,6 +716,28 @@ impl Worker {
         Ok(())
     }
 
+    /// The runtime's containers, `None` when it could not list them in a
+    /// few tries: unknown, which is not "none".
+    async fn list_runtime(&self) -> Option<Vec<crate::runtime::runc::State>> {
+        let mut delay = Duration::from_millis(500);
+        for attempt in 1..=3 {
+            match self.ctx.runtime.list().await {
+                Ok(listed) => return Some(listed),
+                Err(e) if attempt == 3 => {
+                    log::warn!(
+                        "pod {}: listing containers: {e}; keeping what the records say",
+                        self.pod.full_name()
+                    );
+                }
+                Err(_) => {
+                    smol::Timer::after(delay).await;
+                    delay *= 2;
+                }
+            }
+        }
+        None
+    }
+
     /// After an agent restart: reattach to the monitor and settle what
     /// happened to each container while nobody listened.
     async fn adopt(&mut self) {
@@ -708,7 +754,7 @@ impl Worker {
             self.monitor = Some(connection);
         }
         let exits = crate::monitor::recorded_exits(&self.dir);
-        let listed = self.ctx.runtime.list().await.unwrap_or_default();
+        let listed = self.list_runtime().await;
         let mut adopted_running = false;
         for i in 0..self.containers.len() {
             let view = &self.containers[i].record.view;
@@ -722,6 +768,12 @@ impl Worker {
                 self.record_exit(i, exit.clone(), "exited while the agent was down");
                 continue;
             }
+            // A runtime that cannot list says nothing: what the records
+            // say stands (the monitor reports the exits it sees).
+            let Some(listed) = &listed else {
+                adopted_running |= view.running_since.is_some();
+                continue;
+            };
             match listed
                 .iter()
                 .find(|s| s.id == id)
@@ -2797,7 +2849,10 @@ impl Worker {
                     }
                 }
                 None => {
-                    let listed = self.ctx.runtime.list().await.unwrap_or_default();
+                    // Unknown is not gone: asked again at the next check.
+                    let Ok(listed) = self.ctx.runtime.list().await else {
+                        continue;
+                    };
                     for id in still_running {
                         let alive = listed.iter().any(|s| s.id == id && s.status != "stopped");
                         if !alive
