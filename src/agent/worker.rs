@@ -2923,3 +2923,36 @@ pub async fn remove_pod_state(
         log::warn!("pod {uid}: {e}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_terminate_interrupts_and_other_messages_wait_in_order() {
+        smol::block_on(async {
+            let (tx, rx) = smol::channel::unbounded();
+            tx.try_send(Control::ResizePending(None)).unwrap();
+            tx.try_send(Control::Evict {
+                message: "m".into(),
+                grace: Duration::ZERO,
+            })
+            .unwrap();
+            tx.try_send(Control::Terminate { grace: None }).unwrap();
+            let mut deferred = Vec::new();
+            let got = until_terminate(&rx, &mut deferred).await;
+            assert!(matches!(
+                got,
+                Some(Some(Control::Terminate { grace: None }))
+            ));
+            assert!(matches!(
+                deferred.as_slice(),
+                [Control::ResizePending(None), Control::Evict { .. }]
+            ));
+            // The agent gone is the end too.
+            drop(tx);
+            let mut none = Vec::new();
+            assert!(matches!(until_terminate(&rx, &mut none).await, Some(None)));
+        });
+    }
+}
