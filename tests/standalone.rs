@@ -774,6 +774,139 @@ fn config_errors_exit_2_naming_key_and_file() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// The runtime's command line for this agent's containers.
+fn runtime_cmd(agent: &Agent) -> std::process::Command {
+    let mut cmd = std::process::Command::new(common::runtime());
+    cmd.arg("--root").arg(agent.state.join("runtime"));
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    cmd
+}
+
+/// An agent killed between a container's create and its start leaves it
+/// `created`, with nobody to report an exit: the next agent records the
+/// instance as unknown, deletes it, and starts the container again.
+#[test]
+fn a_container_left_created_is_deleted_and_started_again() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let mut agent = Agent::start(&registry);
+    agent.write_manifest(
+        "pod.yaml",
+        &pod_yaml(
+            "half",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    let pod_dir = agent.pod_dir(&agent.wait_running("half"));
+    let id = agent.container_id("half", "c");
+    agent.kill9();
+    let monitor = fs::read_to_string(pod_dir.join("monitor.pid")).unwrap();
+    common::run(std::process::Command::new("kill").args(["-9", monitor.trim()]));
+    // The instance as a killed agent leaves it: created, never started.
+    assert!(
+        runtime_cmd(&agent)
+            .args(["delete", "--force", &id])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let bundle = pod_dir.join("containers").join(&id);
+    assert!(
+        runtime_cmd(&agent)
+            .arg("create")
+            .arg("--bundle")
+            .arg(&bundle)
+            .arg(&id)
+            .status()
+            .unwrap()
+            .success()
+    );
+    agent.spawn();
+    let c = agent.wait_for("the container started again", T, |a| {
+        let c = a.container_status("half", "c")?;
+        (c["restartCount"] == 1 && c["state"]["running"].is_object()).then_some(c)
+    });
+    assert_eq!(
+        c["lastState"]["terminated"]["reason"],
+        "ContainerStatusUnknown"
+    );
+    let containers = agent.runtime_containers();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    assert_ne!(containers[0]["id"], id.as_str());
+}
+
+/// The relist settles what no monitor reported (an instance that died
+/// while its monitor was stopped) and removes a container no pod owns.
+#[test]
+fn the_relist_settles_unreported_exits_and_removes_orphans() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let agent = Agent::start(&registry);
+    agent.write_manifest(
+        "pod.yaml",
+        &pod_yaml(
+            "watched",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    let pod_dir = agent.pod_dir(&agent.wait_running("watched"));
+    let id = agent.container_id("watched", "c");
+    // A container of a pod nobody runs: its bundle under a pod dir of its
+    // own, its cgroup beside the real one's.
+    let bundle = pod_dir.join("containers").join(&id);
+    let orphan_bundle = agent.state.join("pods/no-such-pod/containers/orphan-1");
+    fs::create_dir_all(&orphan_bundle).unwrap();
+    let mut config: Value =
+        serde_json::from_slice(&fs::read(bundle.join("config.json")).unwrap()).unwrap();
+    let cgroup = format!(
+        "{}-orphan",
+        config["linux"]["cgroupsPath"].as_str().unwrap()
+    );
+    config["linux"]["cgroupsPath"] = cgroup.into();
+    fs::write(orphan_bundle.join("config.json"), config.to_string()).unwrap();
+    assert!(
+        runtime_cmd(&agent)
+            .arg("create")
+            .arg("--bundle")
+            .arg(&orphan_bundle)
+            .arg("orphan-1")
+            .status()
+            .unwrap()
+            .success()
+    );
+    // The instance dies while its monitor cannot see it.
+    let monitor = fs::read_to_string(pod_dir.join("monitor.pid")).unwrap();
+    let monitor = monitor.trim().to_owned();
+    common::run(std::process::Command::new("kill").args(["-STOP", &monitor]));
+    let pid = agent.container_pid(&id).unwrap();
+    common::run(std::process::Command::new("kill").args(["-9", &pid.to_string()]));
+    // The first relist is 20 s after the start.
+    agent.wait_for("the relist's verdict", Duration::from_secs(60), |a| {
+        let c = a.container_status("watched", "c")?;
+        let ended = [&c["state"], &c["lastState"]]
+            .iter()
+            .any(|s| s["terminated"]["reason"] == "ContainerStatusUnknown");
+        ended.then_some(())
+    });
+    // The next instance starts through the monitor, once it runs again.
+    common::run(std::process::Command::new("kill").args(["-CONT", &monitor]));
+    agent.wait_for("the orphan removed", T, |a| {
+        a.runtime_containers()
+            .iter()
+            .all(|c| c["id"] != "orphan-1")
+            .then_some(())
+    });
+    assert!(!orphan_bundle.exists());
+    agent.wait_for("the pod running again", T, |a| {
+        let c = a.container_status("watched", "c")?;
+        (c["restartCount"] == 1 && c["state"]["running"].is_object()).then_some(())
+    });
+}
+
 #[test]
 fn a_lost_monitor_restarts_its_containers_under_a_new_one() {
     let registry = Registry::start();

@@ -13,6 +13,7 @@ pub mod mirror;
 pub mod node;
 pub mod objects;
 pub mod prober;
+pub mod relist;
 pub mod sources;
 pub mod status;
 pub mod worker;
@@ -423,6 +424,9 @@ pub async fn run(
     ))
     .detach();
     let mut qos_written: Option<u64> = None;
+    // After the adoptions above: the relist's first list waits for them.
+    let (relisted_tx, relisted_rx) = smol::channel::bounded(1);
+    let _relist = crate::rt::spawn(relist::run(ctx.clone(), relisted_tx));
     loop {
         let node_view = ctx
             .api_node
@@ -627,6 +631,7 @@ pub async fn run(
         enum Event {
             Changed,
             Done(String),
+            Relisted(Vec<crate::runtime::runc::State>),
             Evict(eviction::Order),
             Signal,
         }
@@ -653,6 +658,12 @@ pub async fn run(
             signals.next().await;
             Event::Signal
         };
+        let relisted = async {
+            match relisted_rx.recv().await {
+                Ok(listed) => Event::Relisted(listed),
+                Err(_) => std::future::pending().await,
+            }
+        };
         let evict = async {
             match evict_rx.recv().await {
                 Ok(order) => Event::Evict(order),
@@ -671,7 +682,14 @@ pub async fn run(
                 Err(e) => log::warn!("QoS cgroups: {e}"),
             }
         }
-        match changed.or(api_change).or(done).or(evict).or(signal).await {
+        match changed
+            .or(api_change)
+            .or(done)
+            .or(evict)
+            .or(relisted)
+            .or(signal)
+            .await
+        {
             Event::Changed => {
                 if let Some(mirrors) = &mirrors {
                     mirrors.poke();
@@ -685,6 +703,20 @@ pub async fn run(
                 ctx.images.wake_gc();
                 if let Some(status) = &ctx.status_manager {
                     status.finished(&uid);
+                }
+            }
+            Event::Relisted(listed) => {
+                // Who owns what is read now, after the list: a container
+                // of a pod whose worker started since is that worker's.
+                let (mut by_pod, orphans) =
+                    relist::assign(listed, &ctx.layout.pods(), |uid| workers.contains_key(uid));
+                // Every pod: one whose containers are all gone hears it too.
+                for (uid, handle) in &workers {
+                    let states = by_pod.remove(uid).unwrap_or_default();
+                    let _ = handle.control.try_send(Control::Relisted(states));
+                }
+                if !orphans.is_empty() {
+                    crate::rt::spawn(relist::remove_orphans(ctx.clone(), orphans)).detach();
                 }
             }
             Event::Evict(order) => {

@@ -46,6 +46,8 @@ pub enum Control {
     /// An in-place resize the node cannot take now (reason `Infeasible`
     /// or `Deferred`, message), or no longer one waiting.
     ResizePending(Option<(String, String)>),
+    /// The runtime's states of the pod's containers, from the relist.
+    Relisted(Vec<crate::runtime::runc::State>),
 }
 
 /// Waits for a Terminate (or the agent gone: `None`), keeping every other
@@ -436,6 +438,7 @@ impl Worker {
         match control {
             Some(Control::Update(pod)) => self.on_update(*pod).await,
             Some(Control::ResizePending(verdict)) => self.resize.pending = verdict,
+            Some(Control::Relisted(states)) => self.heal(&states).await,
             Some(Control::Evict { message, grace }) => {
                 if self.evicted.is_none() {
                     self.evict(message, grace).await;
@@ -716,6 +719,98 @@ impl Worker {
         Ok(())
     }
 
+    /// Settles records the relist found the runtime disagreeing with. The
+    /// list may be old by now (a container created then has started since):
+    /// what it flags is asked again before anything is done. Never during a
+    /// pass, so never between a container's create and its start.
+    async fn heal(&mut self, listed: &[crate::runtime::runc::State]) {
+        use super::relist::{Verdict, verdict};
+        let unfinished = |c: &ContainerState| {
+            c.record
+                .view
+                .container_id
+                .clone()
+                .filter(|_| c.record.view.terminated.is_none())
+        };
+        let flagged: Vec<usize> = (0..self.containers.len())
+            .filter(|&i| {
+                unfinished(&self.containers[i])
+                    .is_some_and(|id| verdict(listed.iter().find(|s| s.id == id)) != Verdict::Fine)
+            })
+            .collect();
+        let named = |containers: &[ContainerState], id: &str| {
+            containers
+                .iter()
+                .any(|c| unfinished(c).is_some_and(|own| own == id))
+        };
+        let stray = listed.iter().any(|s| !named(&self.containers, &s.id));
+        if flagged.is_empty() && !stray {
+            return;
+        }
+        let Ok(fresh) = self.ctx.runtime.list().await else {
+            return;
+        };
+        // Instances of this pod no record runs (an exit handled, a
+        // removal that failed): gone with their bundles.
+        let bundles = self.dir.join("containers");
+        for state in &fresh {
+            if listed.iter().any(|s| s.id == state.id)
+                && !named(&self.containers, &state.id)
+                && Path::new(&state.bundle) == bundles.join(&state.id)
+            {
+                log::warn!(
+                    "pod {}: removing container {}, which no record runs",
+                    self.pod.full_name(),
+                    state.id
+                );
+                if let Err(e) = Bundle::new(&self.dir, &state.id)
+                    .remove(&self.ctx.runtime, &state.id)
+                    .await
+                {
+                    log::warn!(
+                        "pod {}: removing container {}: {e}",
+                        self.pod.full_name(),
+                        state.id
+                    );
+                }
+            }
+        }
+        let exits = crate::monitor::recorded_exits(&self.dir);
+        let name = self.pod.full_name();
+        let mut healed = false;
+        for i in flagged {
+            let Some(id) = unfinished(&self.containers[i]) else {
+                continue;
+            };
+            let container = self.containers[i].record.view.name.clone();
+            match verdict(fresh.iter().find(|s| s.id == id)) {
+                Verdict::Fine => continue,
+                Verdict::Gone => {
+                    log::warn!("pod {name}: container {container} is gone with no exit reported");
+                    match exits.iter().find(|e| e.id == id) {
+                        Some(exit) => self.record_exit(i, exit.clone(), "found by the relist"),
+                        None => self.record_unknown_exit(i, &id, "found by the relist"),
+                    }
+                }
+                Verdict::NeverStarted => {
+                    log::warn!("pod {name}: container {container} was created and never started");
+                    self.record_unknown_exit(i, &id, "never started");
+                }
+            }
+            healed = true;
+            if let Err(e) = Bundle::new(&self.dir, &id)
+                .remove(&self.ctx.runtime, &id)
+                .await
+            {
+                log::warn!("pod {name}: removing container {id}: {e}");
+            }
+        }
+        if healed {
+            self.save_containers();
+            self.write_status();
+        }
+    }
+
     /// The runtime's containers, `None` when it could not list them in a
     /// few tries: unknown, which is not "none".
     async fn list_runtime(&self) -> Option<Vec<crate::runtime::runc::State>> {
@@ -809,6 +904,13 @@ impl Worker {
                         other.unwrap_or("gone")
                     );
                     self.record_unknown_exit(i, &id, "");
+                    // One left created would hold its ID and rootfs for good.
+                    if let Err(e) = Bundle::new(&self.dir, &id)
+                        .remove(&self.ctx.runtime, &id)
+                        .await
+                    {
+                        log::warn!("pod {}: removing container {id}: {e}", self.pod.full_name());
+                    }
                 }
             }
         }

@@ -116,6 +116,9 @@ pub struct State {
     pub pid: i32,
     /// created, running, stopped or paused.
     pub status: String,
+    /// The bundle's directory, as given at create.
+    #[serde(default)]
+    pub bundle: String,
 }
 
 #[derive(Debug, Clone)]

@@ -1,0 +1,176 @@
+//! The relist: upstream's PLEG, here a safety net under the monitors'
+//! exit reports. Once a minute the runtime's containers are listed and
+//! compared with what the pods' records say: each pod's worker gets the
+//! states of its own containers and heals its records (a recorded instance
+//! the runtime no longer runs gets an exit; one left `created` by an agent
+//! killed mid-create is deleted and started again); a container whose pod
+//! no worker owns (its dir removed, its cleanup failed) is removed. A list
+//! that fails says nothing: it is "unknown, try again", never "nothing
+//! runs". Cost: one `runc list` (a fork and exec, no pod touched) a minute.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use smol::channel::Sender;
+
+use super::Context;
+use crate::runtime::Bundle;
+use crate::runtime::runc::State;
+
+/// How often the runtime is listed.
+pub const PERIOD: Duration = Duration::from_secs(60);
+/// The first list, after the adoptions of a start have settled.
+const FIRST: Duration = Duration::from_secs(20);
+
+/// Lists the runtime's containers every [`PERIOD`] and sends what it finds.
+pub async fn run(ctx: Rc<Context>, found: Sender<Vec<State>>) {
+    let mut wait = FIRST;
+    loop {
+        smol::Timer::after(wait).await;
+        wait = PERIOD;
+        match ctx.runtime.list().await {
+            Ok(listed) => {
+                if found.send(listed).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => log::warn!("relist: {e}; trying again in {}s", PERIOD.as_secs()),
+        }
+    }
+}
+
+/// A container no pod owns: its ID and the pod dir its bundle is under.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Orphan {
+    pub id: String,
+    pub pod_dir: PathBuf,
+}
+
+/// The runtime's containers by the UID of the pod whose dir holds their
+/// bundle (`<pods>/<uid>/containers/<id>`), and those of pods that no
+/// worker owns. Containers with a bundle elsewhere (or none reported) are
+/// not the pods' and are left alone.
+pub fn assign(
+    listed: Vec<State>,
+    pods_dir: &Path,
+    has_worker: impl Fn(&str) -> bool,
+) -> (HashMap<String, Vec<State>>, Vec<Orphan>) {
+    let mut by_pod: HashMap<String, Vec<State>> = HashMap::new();
+    let mut orphans = Vec::new();
+    for state in listed {
+        let Some(uid) = owner(Path::new(&state.bundle), pods_dir, &state.id) else {
+            continue;
+        };
+        if has_worker(&uid) {
+            by_pod.entry(uid).or_default().push(state);
+        } else {
+            orphans.push(Orphan {
+                id: state.id,
+                pod_dir: pods_dir.join(uid),
+            });
+        }
+    }
+    (by_pod, orphans)
+}
+
+/// The pod UID of a bundle at `<pods>/<uid>/containers/<id>`.
+fn owner(bundle: &Path, pods_dir: &Path, id: &str) -> Option<String> {
+    let rest = bundle.strip_prefix(pods_dir).ok()?;
+    let parts: Vec<Component> = rest.components().collect();
+    match parts.as_slice() {
+        [
+            Component::Normal(uid),
+            Component::Normal(containers),
+            Component::Normal(own),
+        ] if *containers == "containers" && *own == id => uid.to_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// Removes containers no pod owns: stopped, deleted, their bundles gone.
+pub async fn remove_orphans(ctx: Rc<Context>, orphans: Vec<Orphan>) {
+    for orphan in orphans {
+        log::warn!(
+            "relist: container {} belongs to no pod ({}); removing it",
+            orphan.id,
+            orphan.pod_dir.display()
+        );
+        if let Err(e) = Bundle::new(&orphan.pod_dir, &orphan.id)
+            .remove(&ctx.runtime, &orphan.id)
+            .await
+        {
+            log::warn!("relist: removing container {}: {e}", orphan.id);
+        }
+    }
+}
+
+/// What a recorded, unfinished instance needs, by the runtime's word on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Running (or paused), as recorded.
+    Fine,
+    /// The runtime has it stopped, or has it no more: it exited unseen.
+    Gone,
+    /// Created and never started: an agent killed between create and
+    /// start left it. It is deleted and started again.
+    NeverStarted,
+}
+
+pub fn verdict(state: Option<&State>) -> Verdict {
+    match state.map(|s| s.status.as_str()) {
+        None | Some("stopped") => Verdict::Gone,
+        Some("created") => Verdict::NeverStarted,
+        Some(_) => Verdict::Fine,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(id: &str, status: &str, bundle: &str) -> State {
+        State {
+            id: id.into(),
+            pid: 0,
+            status: status.into(),
+            bundle: bundle.into(),
+        }
+    }
+
+    #[test]
+    fn containers_go_to_the_pod_whose_dir_holds_their_bundle() {
+        let pods = Path::new("/var/lib/nanolet/pods");
+        let listed = vec![
+            state("a", "running", "/var/lib/nanolet/pods/u1/containers/a"),
+            state("b", "created", "/var/lib/nanolet/pods/u1/containers/b"),
+            state("c", "running", "/var/lib/nanolet/pods/gone/containers/c"),
+            // Not a pod's: a probe's, or a bundle named for another ID.
+            state("d", "running", "/var/lib/nanolet/userns-probe/d"),
+            state("e", "running", "/var/lib/nanolet/pods/u1/containers/x"),
+            state("f", "running", ""),
+        ];
+        let (by_pod, orphans) = assign(listed, pods, |uid| uid == "u1");
+        let ids: Vec<&str> = by_pod["u1"].iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(by_pod.len(), 1);
+        assert_eq!(
+            orphans,
+            [Orphan {
+                id: "c".into(),
+                pod_dir: pods.join("gone")
+            }]
+        );
+    }
+
+    #[test]
+    fn an_instance_the_runtime_does_not_run_is_settled() {
+        let s = |status: &str| state("a", status, "");
+        assert_eq!(verdict(Some(&s("running"))), Verdict::Fine);
+        assert_eq!(verdict(Some(&s("paused"))), Verdict::Fine);
+        assert_eq!(verdict(Some(&s("stopped"))), Verdict::Gone);
+        assert_eq!(verdict(None), Verdict::Gone);
+        assert_eq!(verdict(Some(&s("created"))), Verdict::NeverStarted);
+    }
+}
