@@ -838,6 +838,45 @@ fn a_container_left_created_is_deleted_and_started_again() {
     assert_ne!(containers[0]["id"], id.as_str());
 }
 
+/// A pod dir whose checkpoint cannot be read is removed with everything
+/// that ran from it: its containers and its monitor too, none left
+/// running untracked.
+#[test]
+fn a_pod_dir_without_a_usable_checkpoint_is_removed_with_its_monitor() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let mut agent = Agent::start(&registry);
+    agent.write_manifest(
+        "pod.yaml",
+        &pod_yaml(
+            "broken",
+            "",
+            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+        ),
+    );
+    let pod_dir = agent.pod_dir(&agent.wait_running("broken"));
+    let monitor: u32 = fs::read_to_string(pod_dir.join("monitor.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    agent.kill9();
+    agent.remove_manifest("pod.yaml");
+    fs::write(pod_dir.join("pod.json"), "{ not json").unwrap();
+    agent.spawn();
+    agent.wait_for("the dir removed", T, |_| (!pod_dir.exists()).then_some(()));
+    agent.wait_for("its monitor gone", T, |_| {
+        let stat = fs::read_to_string(format!("/proc/{monitor}/stat")).unwrap_or_default();
+        // Gone, or a zombie nobody has reaped yet.
+        (stat.is_empty() || stat.contains(") Z ")).then_some(())
+    });
+    assert!(
+        agent.runtime_containers().is_empty(),
+        "{:?}",
+        agent.runtime_containers()
+    );
+}
+
 /// The relist settles what no monitor reported (an instance that died
 /// while its monitor was stopped) and removes a container no pod owns.
 #[test]

@@ -3009,6 +3009,15 @@ pub async fn remove_pod_state(
             }
         }
     }
+    // Its monitor, if one still runs (a pod dir found without a usable
+    // checkpoint): it would hold the dir's socket and run on, untracked.
+    // A worker's own cleanup has shut it down already: nothing listens.
+    let (unheard, _) = smol::channel::bounded(1);
+    if let Ok(mut monitor) = monitor_client::connect(dir, unheard).await
+        && let Err(e) = monitor.shutdown().await
+    {
+        log::warn!("pod {uid}: stopping its monitor: {e}");
+    }
     if let Err(e) = sandbox::teardown(dir, &ctx.cni).await {
         log::warn!("pod {uid}: {e}");
     }
