@@ -139,6 +139,18 @@ pub struct MonitorConnection {
     pod_dir: PathBuf,
     writer: UnixStream,
     replies: Receiver<Message>,
+    /// Requests written and replies read: the monitor answers in order, so
+    /// a call's reply is the one numbered as its request. A call abandoned
+    /// while it waited (its pass interrupted) leaves its reply behind, and
+    /// the next call skips it rather than taking it for its own. The
+    /// numbers stand for request IDs without changing what is on the wire,
+    /// which the monitors of running pods, started by an older agent,
+    /// still speak.
+    sent: u64,
+    received: u64,
+    /// A call was abandoned in the middle of writing its line: what the
+    /// monitor reads next is garbled, and the connection is given up.
+    torn: bool,
     _reader: smol::Task<()>,
 }
 
@@ -223,6 +235,9 @@ pub async fn connect(
         pod_dir: pod_dir.to_owned(),
         writer: stream,
         replies,
+        sent: 0,
+        received: 0,
+        torn: false,
         _reader: reader,
     })
 }
@@ -232,19 +247,37 @@ impl MonitorConnection {
         let disconnected = || MonitorError::Disconnected {
             pod_dir: self.pod_dir.clone(),
         };
+        if self.torn {
+            return Err(disconnected());
+        }
         let mut line = serde_json::to_vec(request).map_err(|_| disconnected())?;
         line.push(b'\n');
+        self.torn = true;
         self.writer
             .write_all(&line)
             .await
             .map_err(|_| disconnected())?;
-        match self.replies.recv().await {
-            Ok(Message::Reply { ok: true, pid, .. }) => Ok(pid),
-            Ok(Message::Reply { error, .. }) => Err(MonitorError::Refused {
-                pod_dir: self.pod_dir.clone(),
-                message: error,
-            }),
-            _ => Err(disconnected()),
+        self.torn = false;
+        self.sent += 1;
+        let mine = self.sent;
+        loop {
+            let reply = self.replies.recv().await;
+            self.received += 1;
+            if self.received < mine {
+                log::debug!(
+                    "monitor of {}: skipping the reply to an abandoned request",
+                    self.pod_dir.display()
+                );
+                continue;
+            }
+            return match reply {
+                Ok(Message::Reply { ok: true, pid, .. }) => Ok(pid),
+                Ok(Message::Reply { error, .. }) => Err(MonitorError::Refused {
+                    pod_dir: self.pod_dir.clone(),
+                    message: error,
+                }),
+                _ => Err(disconnected()),
+            };
         }
     }
 
@@ -326,5 +359,63 @@ pub fn attach_input(pod_dir: &Path, id: &str) -> Result<AttachedInput, MonitorEr
         }),
         Ok(Message::Reply { error, .. }) => Err(failed(error)),
         _ => Err(failed("unexpected answer".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+
+    /// A monitor that answers each request, in order, with its number as
+    /// the pid, the first only once told to.
+    #[test]
+    fn a_reply_left_by_an_abandoned_call_is_not_taken_by_the_next() {
+        let dir = crate::state::TestDir::new("monitor-replies");
+        let listener = std::os::unix::net::UnixListener::bind(dir.0.join(SOCKET)).unwrap();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let monitor = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut lines = std::io::BufReader::new(stream).lines();
+            for n in 1..=2 {
+                lines.next().unwrap().unwrap();
+                if n == 1 {
+                    release_rx.recv().unwrap();
+                }
+                let reply = Message::Reply {
+                    ok: true,
+                    error: String::new(),
+                    pid: Some(n),
+                    terminal: false,
+                };
+                writeln!(writer, "{}", serde_json::to_string(&reply).unwrap()).unwrap();
+            }
+        });
+        crate::rt::block_on(async {
+            let (exits, _exits_rx) = smol::channel::unbounded();
+            let mut connection = connect(&dir.0, exits).await.unwrap();
+            let (bundle, log) = (dir.0.join("b"), dir.0.join("l"));
+            // The first call gives up before its reply comes.
+            let abandoned = futures_lite::future::or(
+                async {
+                    Some(
+                        connection
+                            .create("x", &bundle, &log, Input::default())
+                            .await,
+                    )
+                },
+                async {
+                    smol::Timer::after(std::time::Duration::from_millis(200)).await;
+                    None
+                },
+            )
+            .await;
+            assert!(abandoned.is_none());
+            release_tx.send(()).unwrap();
+            let next = connection.create("x", &bundle, &log, Input::default());
+            assert_eq!(next.await.unwrap(), 2);
+        });
+        monitor.join().unwrap();
     }
 }

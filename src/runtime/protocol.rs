@@ -1,5 +1,6 @@
 //! What the agent and a pod monitor say to each other over the monitor's
-//! Unix socket: one JSON object per line. Requests are answered in order;
+//! Unix socket: one JSON object per line. Requests are answered in order
+//! (the client numbers them by that order: see `MonitorConnection`);
 //! exit events may arrive between answers. The answer to `Attach` carries a
 //! file descriptor (SCM_RIGHTS).
 
