@@ -999,6 +999,24 @@ impl Config {
         Ok(config)
     }
 
+    /// Applies command-line flags in their order, but `--runtime-path`
+    /// after `--runtime` (which sets the path to the runtime's name): in
+    /// either order the two mean the same. Returns the first flag that is
+    /// not a config flag, if any.
+    pub fn apply_flags(
+        &mut self,
+        flags: &[(String, String)],
+    ) -> Result<Option<String>, ConfigError> {
+        let mut ordered: Vec<&(String, String)> = flags.iter().collect();
+        ordered.sort_by_key(|(flag, _)| flag == "runtime-path");
+        for (flag, value) in ordered {
+            if !self.apply_flag(flag, value)? {
+                return Ok(Some(flag.clone()));
+            }
+        }
+        Ok(None)
+    }
+
     /// Applies one command-line flag that overrides a config setting.
     /// Returns false when the flag is not a config flag.
     pub fn apply_flag(&mut self, flag: &str, value: &str) -> Result<bool, ConfigError> {
@@ -1300,6 +1318,32 @@ mod tests {
         assert!(flags.api_auth.anonymous);
         assert_eq!(flags.api_auth.mode, AuthorizationMode::AlwaysAllow);
         assert_eq!(flags.api_auth.denied_cache_ttl, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn runtime_and_its_path_mean_the_same_in_either_order() {
+        let flags = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(f, v)| (f.to_string(), v.to_string()))
+                .collect()
+        };
+        for order in [
+            flags(&[("runtime-path", "/opt/crun"), ("runtime", "crun")]),
+            flags(&[("runtime", "crun"), ("runtime-path", "/opt/crun")]),
+        ] {
+            let mut c = Config::default();
+            assert_eq!(c.apply_flags(&order).unwrap(), None);
+            assert_eq!(
+                (c.runtime, c.runtime_path),
+                (RuntimeKind::Crun, PathBuf::from("/opt/crun"))
+            );
+        }
+        let mut c = Config::default();
+        let unknown = flags(&[("runtime", "crun"), ("no-such-flag", "1")]);
+        assert_eq!(
+            c.apply_flags(&unknown).unwrap().as_deref(),
+            Some("no-such-flag")
+        );
     }
 
     #[test]

@@ -15,9 +15,12 @@ Usage:
   nanolet run [--config FILE] [flags]   run the agent in the foreground
   nanolet pods [--state-dir DIR]        list pods, like `kubectl get pods -A`
   nanolet images [--state-dir DIR]      list images: size, when pulled and last used
-  nanolet logs [-f] [--tail N] [--previous] [--timestamps] [--state-dir DIR] NS/POD [CONTAINER]
+  nanolet logs [-f|--follow] [--tail N] [--previous] [--timestamps] [--state-dir DIR] NS/POD [CONTAINER]
   nanolet check [--config FILE] [flags]  what this node offers: runtime, cgroups, overlayfs, CNI
   nanolet version
+  nanolet monitor --pod-dir DIR --runtime-path PATH --runtime-root DIR
+          [--max-log-size BYTES] [--max-log-files N]
+                                        a pod's monitor: started by the agent, not by hand
 
 Flags of `run` (override the config file):
   --state-dir DIR            nanolet's state (default /var/lib/nanolet)
@@ -214,10 +217,8 @@ fn parse_run_flags(mut parser: lexopt::Parser) -> anyhow::Result<(config::Config
         Some(path) => config::Config::load(path)?,
         None => config::Config::default(),
     };
-    for (flag, value) in &flags {
-        if !config.apply_flag(flag, value)? {
-            return Err(Usage(format!("unknown flag --{flag}")).into());
-        }
+    if let Some(flag) = config.apply_flags(&flags)? {
+        return Err(Usage(format!("unknown flag --{flag}")).into());
     }
     Ok((config, verbose))
 }
