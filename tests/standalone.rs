@@ -16,6 +16,11 @@ fn busybox(registry: &Registry) -> String {
     registry.push("test/busybox:1", &[])
 }
 
+/// The containers of a pod that sleeps: one, `c`, of `image`.
+fn sleeping(image: &str) -> String {
+    format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n")
+}
+
 #[test]
 fn runs_a_pod_with_image_defaults_and_overrides() {
     let registry = Registry::start();
@@ -184,7 +189,7 @@ fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded() {
         &pod_yaml(
             "deadline",
             "  activeDeadlineSeconds: 3\n  terminationGracePeriodSeconds: 1\n",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+            &sleeping(&image),
         ),
     );
     agent.wait_running("deadline");
@@ -438,14 +443,7 @@ fn bad_manifests_are_reported_and_harm_nothing() {
     let registry = Registry::start();
     let image = busybox(&registry);
     let mut agent = Agent::start(&registry);
-    agent.write_manifest(
-        "good.yaml",
-        &pod_yaml(
-            "good",
-            "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("good.yaml", &pod_yaml("good", "", &sleeping(&image)));
     agent.wait_running("good");
     agent.write_manifest(
         "broken.yaml",
@@ -792,14 +790,7 @@ fn a_container_left_created_is_deleted_and_started_again() {
     let registry = Registry::start();
     let image = busybox(&registry);
     let mut agent = Agent::start(&registry);
-    agent.write_manifest(
-        "pod.yaml",
-        &pod_yaml(
-            "half",
-            "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("pod.yaml", &pod_yaml("half", "", &sleeping(&image)));
     let pod_dir = agent.pod_dir(&agent.wait_running("half"));
     let id = agent.container_id("half", "c");
     agent.kill9();
@@ -846,14 +837,7 @@ fn a_pod_dir_without_a_usable_checkpoint_is_removed_with_its_monitor() {
     let registry = Registry::start();
     let image = busybox(&registry);
     let mut agent = Agent::start(&registry);
-    agent.write_manifest(
-        "pod.yaml",
-        &pod_yaml(
-            "broken",
-            "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("pod.yaml", &pod_yaml("broken", "", &sleeping(&image)));
     let pod_dir = agent.pod_dir(&agent.wait_running("broken"));
     let monitor: u32 = fs::read_to_string(pod_dir.join("monitor.pid"))
         .unwrap()
@@ -884,14 +868,7 @@ fn the_relist_settles_unreported_exits_and_removes_orphans() {
     let registry = Registry::start();
     let image = busybox(&registry);
     let agent = Agent::start(&registry);
-    agent.write_manifest(
-        "pod.yaml",
-        &pod_yaml(
-            "watched",
-            "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("pod.yaml", &pod_yaml("watched", "", &sleeping(&image)));
     let pod_dir = agent.pod_dir(&agent.wait_running("watched"));
     let id = agent.container_id("watched", "c");
     // A container of a pod nobody runs: its bundle under a pod dir of its
@@ -1008,14 +985,7 @@ fn an_interrupted_pull_leaves_the_store_consistent() {
     };
 
     // Deleted while it pulls: the pod goes at once, the pull is abandoned.
-    agent.write_manifest(
-        "early.yaml",
-        &pod_yaml(
-            "early",
-            "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("early.yaml", &pod_yaml("early", "", &sleeping(&image)));
     agent.wait_for("a pull in progress", T, pulling);
     let deleted = Instant::now();
     agent.remove_manifest("early.yaml");
@@ -1176,14 +1146,7 @@ fn anonymous_pull_through_the_bearer_token_flow() {
         .count();
 
     let agent = Agent::start(&registry);
-    agent.write_manifest(
-        "guarded.yaml",
-        &pod_yaml(
-            "guarded",
-            "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("guarded.yaml", &pod_yaml("guarded", "", &sleeping(&image)));
     agent.wait_running("guarded");
     let log = fs::read_to_string(&requests).unwrap();
     let ours: Vec<&str> = log.lines().skip(before).collect();
@@ -1218,14 +1181,7 @@ fn the_nodes_docker_config_authenticates_pulls() {
     .unwrap();
     let config_arg = config.to_string_lossy().into_owned();
     let agent = Agent::start_in(&registry, None, &["--docker-config", &config_arg]);
-    agent.write_manifest(
-        "private.yaml",
-        &pod_yaml(
-            "private",
-            "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("private.yaml", &pod_yaml("private", "", &sleeping(&image)));
     agent.wait_running("private");
     common::assert_authenticated_pull(&registry, &agent, "private/app:pull");
 }
@@ -1260,11 +1216,7 @@ fn registry_mirrors_first_then_the_registry_itself() {
     // Present only upstream: the mirror's 404 falls back to the registry.
     agent.write_manifest(
         "upstream.yaml",
-        &pod_yaml(
-            "upstream",
-            "",
-            &format!("  - name: c\n    image: {only_upstream}\n    command: [sleep, '3600']\n"),
-        ),
+        &pod_yaml("upstream", "", &sleeping(&only_upstream)),
     );
     agent.wait_running("mirrored");
     agent.wait_running("upstream");
@@ -2602,14 +2554,7 @@ fn image_gc_frees_the_disk_least_recently_used_first_keeping_used_and_pinned_ima
             a.record(name).is_none().then_some(())
         });
     };
-    agent.write_manifest(
-        "keep.yaml",
-        &pod_yaml(
-            "keep",
-            "",
-            &format!("  - name: c\n    image: {used}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("keep.yaml", &pod_yaml("keep", "", &sleeping(&used)));
     agent.wait_running("keep");
     // Used in this order: pinned first, so it would go first if pinning
     // did not hold.
@@ -2638,14 +2583,7 @@ fn image_gc_frees_the_disk_least_recently_used_first_keeping_used_and_pinned_ima
     ));
     agent.spawn();
     agent.wait_running("keep");
-    agent.write_manifest(
-        "last.yaml",
-        &pod_yaml(
-            "last",
-            "",
-            &format!("  - name: c\n    image: {last}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("last.yaml", &pod_yaml("last", "", &sleeping(&last)));
     agent.wait_running("last");
     agent.wait_for("image GC", T, |a| {
         a.log().contains("image GC deleted").then_some(())
@@ -2672,14 +2610,7 @@ fn image_gc_frees_the_disk_least_recently_used_first_keeping_used_and_pinned_ima
         .collect();
     assert_eq!(layers.len(), 4, "{layers:?}");
     assert_eq!(fs::read_dir(images.join("tmp")).unwrap().count(), 0);
-    agent.write_manifest(
-        "again.yaml",
-        &pod_yaml(
-            "again",
-            "",
-            &format!("  - name: c\n    image: {used}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("again.yaml", &pod_yaml("again", "", &sleeping(&used)));
     agent.wait_running("again");
     // `nanolet images` says which are pinned.
     let table = agent.cli(&["images"]);
@@ -2824,14 +2755,7 @@ fn hostile_layers_from_a_registry_write_nothing_outside_their_layer() {
     .unwrap();
     let agent = Agent::start_with(&registry, &["--config", config.to_str().unwrap()]);
     let base = busybox(&registry);
-    agent.write_manifest(
-        "base.yaml",
-        &pod_yaml(
-            "base",
-            "",
-            &format!("  - name: c\n    image: {base}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("base.yaml", &pod_yaml("base", "", &sleeping(&base)));
     agent.wait_running("base");
     let images = agent.state.join("images");
     let store_before = tree(&images.join("layers"));
@@ -3115,7 +3039,7 @@ fn killed_at_random_points_of_pulls_and_gc_the_store_stays_consistent() {
         pod_yaml(
             name,
             "  terminationGracePeriodSeconds: 1\n",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
+            &sleeping(&image),
         )
     };
     agent.write_manifest("big.yaml", &pod("big", &big));
@@ -3592,14 +3516,7 @@ fn the_runtime_execs_with_pipes_and_on_a_terminal() {
     let registry = Registry::start();
     let image = busybox(&registry);
     let agent = Agent::start(&registry);
-    agent.write_manifest(
-        "shell.yaml",
-        &pod_yaml(
-            "shell",
-            "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
-        ),
-    );
+    agent.write_manifest("shell.yaml", &pod_yaml("shell", "", &sleeping(&image)));
     let record = agent.wait_running("shell");
     let id = agent.container_id("shell", "c");
     let kind = match common::runtime().as_str() {
@@ -3839,13 +3756,7 @@ fn monitors_are_forked_by_the_launcher_and_execd_once_it_is_gone() {
             .to_owned()
     };
     assert_eq!(cmdline(&launcher.to_string()), "nanolet monitor launcher");
-    let pod = |name: &str| {
-        pod_yaml(
-            name,
-            "",
-            &format!("  - name: c\n    image: {image}\n    command: [sleep, '3600']\n"),
-        )
-    };
+    let pod = |name: &str| pod_yaml(name, "", &sleeping(&image));
     let monitor_of = |name: &str| {
         let pod_dir = agent.pod_dir(&agent.wait_running(name));
         let pid = fs::read_to_string(pod_dir.join("monitor.pid")).unwrap();

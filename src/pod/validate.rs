@@ -958,7 +958,14 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
             let field = format!("{list}[{i}]");
             let mut container =
                 convert_container(c, &field, host_network, &volumes, pod_seccomp.clone())?;
-            check_proc_mount(&container, host_users, &field)?;
+            finish_security(
+                &mut container,
+                c.security_context.as_ref(),
+                &field,
+                host_users,
+                meta,
+                &pod_apparmor,
+            )?;
             // Upstream ties the signal's meaning to the pod's OS.
             if container.stop_signal.is_some() && spec.os.is_none() {
                 return Err(invalid(
@@ -966,13 +973,6 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
                     "Forbidden: may not be set for containers with empty `spec.os.name`",
                 ));
             }
-            container.security.apparmor = container_apparmor(
-                &field,
-                c.security_context.as_ref(),
-                &c.name,
-                meta,
-                &pod_apparmor,
-            )?;
             let named_before = init_containers.iter().chain(&containers);
             if named_before
                 .into_iter()
@@ -1025,11 +1025,11 @@ fn convert(manifest: core::Pod, source: &str, default_uid: &str) -> Result<Pod, 
     for (i, c) in spec.ephemeral_containers.iter().flatten().enumerate() {
         let field = format!("spec.ephemeralContainers[{i}]");
         let mut container = convert_ephemeral(c, &field, host_network, &volumes, &pod_seccomp)?;
-        check_proc_mount(&container, host_users, &field)?;
-        container.security.apparmor = container_apparmor(
-            &field,
+        finish_security(
+            &mut container,
             c.security_context.as_ref(),
-            &c.name,
+            &field,
+            host_users,
             meta,
             &pod_apparmor,
         )?;
@@ -1461,24 +1461,28 @@ fn restart_on_resize(c: &core::Container, field: &str) -> Result<Vec<String>, Po
     Ok(restart)
 }
 
-/// A container's AppArmor profile: its own field, else the annotation
-/// naming it, else the pod's.
-fn container_apparmor(
-    field: &str,
+/// What a container of any kind gets past its own conversion: the
+/// procMount check, and its AppArmor profile (its own field, else the
+/// annotation naming it, else the pod's).
+fn finish_security(
+    container: &mut Container,
     security: Option<&core::SecurityContext>,
-    name: &str,
+    field: &str,
+    host_users: bool,
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     pod_apparmor: &Option<AppArmorProfile>,
-) -> Result<Option<AppArmorProfile>, PodError> {
+) -> Result<(), PodError> {
+    check_proc_mount(container, host_users, field)?;
     let own = apparmor::from_field(
         &format!("{field}.securityContext"),
         security.and_then(|s| s.app_armor_profile.as_ref()),
     )?;
-    Ok(match own {
+    container.security.apparmor = match own {
         Some(own) => Some(own),
-        None => apparmor::from_annotation(meta.annotations.as_ref(), name)?
+        None => apparmor::from_annotation(meta.annotations.as_ref(), &container.name)?
             .or_else(|| pod_apparmor.clone()),
-    })
+    };
+    Ok(())
 }
 
 fn check_proc_mount(container: &Container, host_users: bool, field: &str) -> Result<(), PodError> {
