@@ -42,12 +42,22 @@ pub fn is_linux_stop_signal(signal: &str) -> bool {
 
 /// `signal` as runc's and crun's `kill` take it: the name without `SIG`,
 /// a realtime signal by number (their name tables lack `RTMIN+n`). An
-/// image's STOPSIGNAL may already be a number.
+/// image's STOPSIGNAL may be a number, or anything its author wrote: what
+/// is not a signal (`--all`, `0`, `999`) is TERM, never an argument of
+/// its own on the runtime's command line.
 pub fn for_runtime(signal: &str) -> String {
-    let name = signal.trim_start_matches("SIG");
-    match realtime(name) {
-        Some(number) => number.to_string(),
-        None => name.to_owned(),
+    // Docker reads STOPSIGNAL in any case.
+    let upper = signal.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    if let Some(number) = realtime(name) {
+        return number.to_string();
+    }
+    if CLASSIC.contains(&name) {
+        return name.to_owned();
+    }
+    match name.parse::<u32>() {
+        Ok(number) if (1..=RTMAX).contains(&number) => number.to_string(),
+        _ => "TERM".to_owned(),
     }
 }
 
@@ -87,7 +97,21 @@ mod tests {
         assert_eq!(for_runtime("SIGQUIT"), "QUIT");
         assert_eq!(for_runtime("TERM"), "TERM");
         assert_eq!(for_runtime("9"), "9");
+        assert_eq!(for_runtime("sigquit"), "QUIT");
         assert_eq!(for_runtime("SIGRTMIN+3"), "37");
         assert_eq!(for_runtime("SIGRTMAX-1"), "63");
+        // What an image may write that is no signal.
+        for hostile in [
+            "--all",
+            "-9",
+            "0",
+            "65",
+            "99999999999999999999",
+            "sigterm",
+            "",
+            "KILL extra",
+        ] {
+            assert_eq!(for_runtime(hostile), "TERM", "{hostile}");
+        }
     }
 }

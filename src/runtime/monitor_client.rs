@@ -135,6 +135,9 @@ pub enum MonitorEvent {
     Lost,
 }
 
+/// How long a monitor has to answer Shutdown, which it does at once.
+const SHUTDOWN_REPLY: Duration = Duration::from_secs(5);
+
 pub struct MonitorConnection {
     pod_dir: PathBuf,
     writer: UnixStream,
@@ -303,9 +306,20 @@ impl MonitorConnection {
         })
     }
 
-    /// Tells the monitor to exit once its containers are gone.
+    /// Tells the monitor to exit once its containers are gone. A monitor
+    /// that does not answer (stopped, hung) is not waited for: removing a
+    /// pod, also at the agent's start, must not hang on it.
     pub async fn shutdown(&mut self) -> Result<(), MonitorError> {
-        self.call(&Request::Shutdown).await.map(drop)
+        let pod_dir = self.pod_dir.clone();
+        let answered = async { Some(self.call(&Request::Shutdown).await) };
+        let silent = async {
+            smol::Timer::after(SHUTDOWN_REPLY).await;
+            None
+        };
+        match futures_lite::future::or(answered, silent).await {
+            Some(reply) => reply.map(drop),
+            None => Err(MonitorError::Disconnected { pod_dir }),
+        }
     }
 }
 
@@ -366,6 +380,21 @@ pub fn attach_input(pod_dir: &Path, id: &str) -> Result<AttachedInput, MonitorEr
 mod tests {
     use super::*;
     use std::io::BufRead;
+
+    /// A monitor that never answers (stopped) does not hold up a shutdown.
+    #[test]
+    fn a_silent_monitor_does_not_hold_up_its_shutdown() {
+        let dir = crate::state::TestDir::new("monitor-silent");
+        let listener = std::os::unix::net::UnixListener::bind(dir.0.join(SOCKET)).unwrap();
+        crate::rt::block_on(async {
+            let (exits, _exits_rx) = smol::channel::unbounded();
+            let mut connection = connect(&dir.0, exits).await.unwrap();
+            let started = std::time::Instant::now();
+            assert!(connection.shutdown().await.is_err());
+            assert!(started.elapsed() < SHUTDOWN_REPLY * 2);
+        });
+        drop(listener);
+    }
 
     /// A monitor that answers each request, in order, with its number as
     /// the pid, the first only once told to.
