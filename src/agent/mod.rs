@@ -461,6 +461,7 @@ pub async fn run(
                         handle.terminate(None);
                     }
                 }
+                static_waiting.retain(|uid| desired.contains_key(uid));
                 for (uid, pod) in desired {
                     if workers.contains_key(&uid) {
                         continue;

@@ -548,6 +548,7 @@ impl Worker {
             }
         }
         // A resize still undone: the cgroups hold its older limits.
+        let undone = self.resize_retry.is_some();
         let (applied, resized) = match self.resize_retry.take() {
             Some(retry) => {
                 let mut all = retry.resized;
@@ -560,6 +561,9 @@ impl Worker {
         };
         if crate::agent::resized(&applied, &self.pod) {
             self.resize_in_place(&applied, &resized).await;
+        } else if undone {
+            // Resized back to what the cgroups hold: nothing is undone.
+            self.resize.error = None;
         }
         let checkpoint = Checkpoint {
             uid: self.pod.uid.clone(),
@@ -763,16 +767,7 @@ impl Worker {
                     self.pod.full_name(),
                     state.id
                 );
-                if let Err(e) = Bundle::new(&self.dir, &state.id)
-                    .remove(&self.ctx.runtime, &state.id)
-                    .await
-                {
-                    log::warn!(
-                        "pod {}: removing container {}: {e}",
-                        self.pod.full_name(),
-                        state.id
-                    );
-                }
+                self.remove_instance(&state.id).await;
             }
         }
         let exits = crate::monitor::recorded_exits(&self.dir);
@@ -798,12 +793,7 @@ impl Worker {
                 }
             }
             healed = true;
-            if let Err(e) = Bundle::new(&self.dir, &id)
-                .remove(&self.ctx.runtime, &id)
-                .await
-            {
-                log::warn!("pod {name}: removing container {id}: {e}");
-            }
+            self.remove_instance(&id).await;
         }
         if healed {
             self.save_containers();
@@ -905,12 +895,7 @@ impl Worker {
                     );
                     self.record_unknown_exit(i, &id, "");
                     // One left created would hold its ID and rootfs for good.
-                    if let Err(e) = Bundle::new(&self.dir, &id)
-                        .remove(&self.ctx.runtime, &id)
-                        .await
-                    {
-                        log::warn!("pod {}: removing container {id}: {e}", self.pod.full_name());
-                    }
+                    self.remove_instance(&id).await;
                 }
             }
         }
@@ -954,12 +939,7 @@ impl Worker {
                     "pod {}: removing leftover container {id}",
                     self.pod.full_name()
                 );
-                if let Err(e) = Bundle::new(&self.dir, &id)
-                    .remove(&self.ctx.runtime, &id)
-                    .await
-                {
-                    log::warn!("pod {}: {e}", self.pod.full_name());
-                }
+                self.remove_instance(&id).await;
             }
         }
     }
@@ -2579,6 +2559,17 @@ impl Worker {
         }))
     }
 
+    /// Deletes an instance from the runtime and removes its bundle (rootfs
+    /// mount and all); a failure is logged, and the relist tries again.
+    async fn remove_instance(&self, id: &str) {
+        if let Err(e) = Bundle::new(&self.dir, id)
+            .remove(&self.ctx.runtime, id)
+            .await
+        {
+            log::warn!("pod {}: removing container {id}: {e}", self.pod.full_name());
+        }
+    }
+
     /// Container `i` could not be created: logged, a Failed event, and
     /// the setup backoff.
     fn create_failed(&mut self, i: usize, reason: &str, message: String) {
@@ -2714,12 +2705,7 @@ impl Worker {
         self.save_containers();
         self.write_status();
         // The instance is over; its logs stay, its runtime state and rootfs go.
-        if let Err(e) = Bundle::new(&self.dir, &id)
-            .remove(&self.ctx.runtime, &id)
-            .await
-        {
-            log::warn!("pod {}: removing container {id}: {e}", self.pod.full_name());
-        }
+        self.remove_instance(&id).await;
         let _ = std::fs::remove_file(
             self.dir
                 .join(crate::runtime::protocol::EXITS_DIR)
@@ -2751,12 +2737,7 @@ impl Worker {
                 log::warn!("pod {}: {e}", self.pod.full_name());
             }
             self.record_unknown_exit(i, &id, "monitor lost");
-            if let Err(e) = Bundle::new(&self.dir, &id)
-                .remove(&self.ctx.runtime, &id)
-                .await
-            {
-                log::warn!("pod {}: removing container {id}: {e}", self.pod.full_name());
-            }
+            self.remove_instance(&id).await;
         }
         self.save_containers();
     }
@@ -2893,12 +2874,7 @@ impl Worker {
             .all(|c| c.record.view.terminated.is_some() || c.record.view.container_id.is_none());
         self.write_status();
         for (_, id) in &running {
-            if let Err(e) = Bundle::new(&self.dir, id)
-                .remove(&self.ctx.runtime, id)
-                .await
-            {
-                log::warn!("pod {name}: removing container {id}: {e}");
-            }
+            self.remove_instance(id).await;
         }
         self.cleanup().await;
         log::info!("pod {name}: terminated and removed");
