@@ -243,19 +243,24 @@ impl Worker {
     /// admitted (its startTime).
     pub(super) fn active_deadline(&self) -> Option<Instant> {
         let deadline = self.pod.active_deadline?;
-        let active = Timestamp::now()
-            .duration_since(self.admitted)
-            .unsigned_abs();
-        Some(Instant::now() + deadline.saturating_sub(active))
+        Some(Instant::now() + deadline.saturating_sub(self.active_for()))
+    }
+
+    /// Whether the pod's activeDeadlineSeconds have passed.
+    pub(super) fn past_active_deadline(&self) -> bool {
+        self.pod
+            .active_deadline
+            .is_some_and(|deadline| self.active_for() >= deadline)
+    }
+
+    fn active_for(&self) -> Duration {
+        active_between(self.admitted, Timestamp::now())
     }
 
     /// Past its active deadline, a pod is ended as upstream's kubelet ends
     /// it: its containers get their grace period, and it fails with reason
     /// DeadlineExceeded.
-    pub(super) async fn enforce_active_deadline(&mut self) {
-        if self.evicted.is_some() || self.active_deadline().is_none_or(|d| d > Instant::now()) {
-            return;
-        }
+    pub(super) async fn end_past_deadline(&mut self) {
         let message = DEADLINE_EXCEEDED.to_owned();
         self.event(None, EventType::Normal, "DeadlineExceeded", message.clone());
         let ended = Ended {
@@ -321,5 +326,30 @@ impl Worker {
                 log::warn!("pod {name}: {e}");
             }
         }
+    }
+}
+
+/// How long a pod admitted at `admitted` has been active at `now`. A clock
+/// set back (a board without a real-time clock boots in the past) makes it
+/// zero, as upstream's negative duration never passes a deadline, not a
+/// long time that would end the pod at once.
+fn active_between(admitted: Timestamp, now: Timestamp) -> Duration {
+    now.duration_since(admitted).try_into().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_set_back_never_passes_a_deadline() {
+        let admitted: Timestamp = "2026-12-05T12:00:00Z".parse().unwrap();
+        let later: Timestamp = "2026-12-05T12:00:30Z".parse().unwrap();
+        assert_eq!(active_between(admitted, later), Duration::from_secs(30));
+        // Booted in 1970 until NTP answers.
+        assert_eq!(
+            active_between(admitted, Timestamp::UNIX_EPOCH),
+            Duration::ZERO
+        );
     }
 }

@@ -33,6 +33,7 @@ use crate::runtime::{Bundle, sandbox};
 use k8s_openapi::api::core::v1 as core;
 
 mod ending;
+mod plan;
 mod pod_sandbox;
 mod probes;
 mod recovery;

@@ -31,40 +31,8 @@ impl Worker {
     /// Pulls the image, creates and starts a new instance of container `i`.
     pub(super) async fn start_container(&mut self, i: usize) {
         let spec_container: Container = self.pod.container(i).clone();
-        let now = Instant::now();
         {
             let c = &mut self.containers[i];
-            if let Some(failed_at) = c.setup_failed_at
-                && let Some(until) = c.setup_backoff.wait_until(failed_at, now)
-            {
-                let entering = if let Some((reason, message)) = &mut c.record.view.waiting
-                    && reason == "ErrImagePull"
-                {
-                    *reason = "ImagePullBackOff".into();
-                    *message = format!("Back-off pulling image {:?}", spec_container.image);
-                    true
-                } else {
-                    false
-                };
-                c.retry_at = Some(until);
-                if entering {
-                    let name = Some(spec_container.name.as_str());
-                    let image = &spec_container.image;
-                    self.event(
-                        name,
-                        EventType::Normal,
-                        "BackOff",
-                        format!("Back-off pulling image {image:?}"),
-                    );
-                    self.event(
-                        name,
-                        EventType::Warning,
-                        "Failed",
-                        "Error: ImagePullBackOff".into(),
-                    );
-                }
-                return;
-            }
             let initializing = c
                 .record
                 .view

@@ -1,3 +1,8 @@
+//! The executor of a pass: it observes what the plan cannot (the pause
+//! process, the clock against the pod's deadline), asks `plan` what to do
+//! and carries it out.
+
+use super::plan::{self, Action, Facts};
 use super::*;
 
 impl Worker {
@@ -9,27 +14,7 @@ impl Worker {
                 c.retry_at = None;
             }
         }
-        for i in 0..self.containers.len() {
-            let c = &mut self.containers[i];
-            if c.kill_at.is_some_and(|t| t <= now) {
-                c.kill_at = None;
-                if let Some(id) = c.record.view.container_id.clone()
-                    && c.record.view.terminated.is_none()
-                    && let Err(e) = self.ctx.runtime.kill(&id, "KILL").await
-                {
-                    log::warn!("pod {}: {e}", self.pod.full_name());
-                }
-            }
-        }
-        self.enforce_active_deadline().await;
         self.retry_resize(now).await;
-        // An evicted pod's stop deadlines still hold; nothing starts.
-        if self.evicted.is_some() {
-            return false;
-        }
-        self.stop_sidecars_when_done().await;
-        self.stop_ephemeral_when_done().await;
-        let n_init = self.pod.init_containers.len();
         // A killed pause took the pod's processes and its PID namespace.
         if self.pod.share_process_namespace
             && self.paths.is_some()
@@ -38,94 +23,51 @@ impl Worker {
         {
             self.paths = None;
         }
-        // A pod with init containers that ran before and has a container to
-        // restart sets up its sandbox first: if that is a new one, the
-        // init containers go first again (see start_over_in_new_sandbox).
-        if self.paths.is_none() && n_init > 0 && self.pod.restart_policy != RestartPolicy::Never {
-            let restart_pending = (0..self.containers.len()).any(|i| {
-                let view = &self.containers[i].record.view;
-                view.container_id.is_some()
-                    && view
-                        .terminated
-                        .as_ref()
-                        .is_some_and(|t| self.wants_restart(i, t))
-            });
-            if restart_pending {
-                self.ensure_sandbox().await;
-            }
-        }
-        let frontier = self.init_frontier();
-        let n_regular_end = n_init + self.pod.containers.len();
-        let finished = self.sandbox_released || self.completing || self.phase_is_terminal();
+        let mut facts = Facts {
+            ended: self.evicted.is_some(),
+            past_deadline: self.past_active_deadline(),
+            completing: self.completing,
+            released: self.sandbox_released,
+            phase_terminal: self.phase_is_terminal(),
+            sandbox_ready: self.paths.is_some(),
+        };
         let mut to_start = Vec::new();
-        for i in 0..self.containers.len() {
-            if self.containers[i].retry_at.is_some() {
-                continue;
-            }
-            // Init containers one after the other; regular ones after all;
-            // ephemeral ones whenever the pod has not finished, as upstream.
-            let gated = if i < n_init {
-                i > frontier
-            } else if i < n_regular_end {
-                frontier < n_init
-            } else {
-                if finished {
-                    continue;
-                }
-                false
-            };
-            if gated {
-                let view = &mut self.containers[i].record.view;
-                if view.container_id.is_none() && view.waiting.is_none() {
-                    view.waiting = Some(("PodInitializing".into(), String::new()));
-                }
-                continue;
-            }
-            let view = &self.containers[i].record.view;
-            let running = view.container_id.is_some() && view.terminated.is_none();
-            if running {
-                continue;
-            }
-            if let Some(terminated) = view.terminated.clone() {
-                let updated = self.containers[i].restart_for_update;
-                // An init container that completed in an earlier sandbox.
-                let rerun = i < n_init && self.containers[i].record.from_old_sandbox;
-                if !self.wants_restart(i, &terminated) && !updated && !rerun {
-                    continue;
-                }
-                let c = &mut self.containers[i];
-                let last_end = c.exited_at.unwrap_or(now);
-                // A restart for a new spec is not a crash: no backoff.
-                let backoff = if updated || rerun {
-                    None
-                } else {
-                    c.restart_backoff.wait_until(last_end, now)
-                };
-                if let Some(until) = backoff {
-                    let delay = c.restart_backoff.delay(now).unwrap_or_default();
-                    let name = c.record.view.name.clone();
-                    let message = format!(
-                        "Back-off restarting failed container {name} in pod {}_{}({})",
-                        self.pod.name, self.pod.namespace, self.pod.uid
-                    );
-                    self.event(Some(&name), EventType::Warning, "BackOff", message);
-                    let c = &mut self.containers[i];
-                    c.record.view.waiting = Some((
-                        "CrashLoopBackOff".into(),
-                        format!(
-                            "back-off {}s restarting failed container={} pod={}_{}({})",
-                            delay.as_secs(),
-                            c.record.view.name,
-                            self.pod.name,
-                            self.pod.namespace,
-                            self.pod.uid
-                        ),
-                    ));
-                    c.retry_at = Some(until);
-                    continue;
+        let mut actions = plan::plan(&self.pod, &self.containers, &facts, now);
+        while !actions.is_empty() {
+            let mut replan = false;
+            for action in actions {
+                match action {
+                    Action::Kill(i) => self.kill_now(i).await,
+                    Action::EndPastDeadline => self.end_past_deadline().await,
+                    Action::Complete => self.completing = true,
+                    Action::Stop(i) => self.stop_container(i, now).await,
+                    Action::SetUpSandboxFirst => {
+                        self.ensure_sandbox().await;
+                        facts.sandbox_ready = true;
+                        replan = true;
+                    }
+                    Action::Gate(i) => {
+                        let view = &mut self.containers[i].record.view;
+                        if view.container_id.is_none() && view.waiting.is_none() {
+                            view.waiting = Some(("PodInitializing".into(), String::new()));
+                        }
+                    }
+                    Action::BackOff {
+                        container,
+                        until,
+                        delay,
+                    } => self.back_off(container, until, delay),
+                    Action::SetupBackOff { container, until } => {
+                        self.back_off_setup(container, until)
+                    }
+                    Action::Start(i) => to_start.push(i),
                 }
             }
-            to_start.push(i);
+            actions = Vec::new();
+            if replan {
+                facts.completing = self.completing;
+                actions = plan::plan(&self.pod, &self.containers, &facts, now);
+            }
         }
         let starting = !to_start.is_empty();
         // A pod with nothing (more) to run needs no sandbox or monitor, for
@@ -172,101 +114,63 @@ impl Worker {
         starting
     }
 
-    /// Whether container `i` should get a new instance now that its current
-    /// one ended: sidecars always (until the pod completes), init
-    /// containers until they succeed unless the policy is Never, regular
-    /// containers by the pod's restart policy.
-    pub(super) fn wants_restart(&self, i: usize, terminated: &Terminated) -> bool {
-        match self.pod.container(i).role {
-            ContainerRole::Sidecar => !self.completing,
-            ContainerRole::Ephemeral => false,
-            ContainerRole::Init => {
-                terminated.exit_code != 0 && self.pod.restart_policy != RestartPolicy::Never
-            }
-            ContainerRole::Regular => match self.pod.restart_policy {
-                RestartPolicy::Always => true,
-                RestartPolicy::OnFailure => terminated.exit_code != 0,
-                RestartPolicy::Never => false,
-            },
+    /// SIGKILL to an instance past its stop deadline.
+    async fn kill_now(&mut self, i: usize) {
+        let c = &mut self.containers[i];
+        c.kill_at = None;
+        if let Some(id) = c.record.view.container_id.clone()
+            && let Err(e) = self.ctx.runtime.kill(&id, "KILL").await
+        {
+            log::warn!("pod {}: {e}", self.pod.full_name());
         }
     }
 
-    /// The first init container that has not done its part yet; the number
-    /// of init containers once all have (then regular containers may run).
-    pub(super) fn init_frontier(&self) -> usize {
-        let n = self.pod.init_containers.len();
-        // What ran in an earlier sandbox does not count.
-        let views: Vec<ContainerView> = self
-            .containers
-            .iter()
-            .map(|c| {
-                let mut view = c.record.view.clone();
-                if c.record.from_old_sandbox {
-                    view.container_id = None;
-                    view.terminated = None;
-                }
-                view
-            })
-            .collect();
-        if status::previously_initialized(&self.pod, &views) {
-            return n;
-        }
-        (0..n)
-            .find(|&i| {
-                let c = &self.containers[i];
-                if c.record.from_old_sandbox {
-                    return true;
-                }
-                let view = ContainerView {
-                    probed_started: c.probes.started(),
-                    ..c.record.view.clone()
-                };
-                !status::init_done(self.pod.container(i).role, &view)
-            })
-            .unwrap_or(n)
+    /// Container `i` crashed and waits for its restart backoff
+    /// (CrashLoopBackOff), as upstream reports it.
+    fn back_off(&mut self, i: usize, until: Instant, delay: Duration) {
+        let name = self.containers[i].record.view.name.clone();
+        let pod = format!("{}_{}({})", self.pod.name, self.pod.namespace, self.pod.uid);
+        let message = format!("Back-off restarting failed container {name} in pod {pod}");
+        self.event(Some(&name), EventType::Warning, "BackOff", message);
+        let c = &mut self.containers[i];
+        c.record.view.waiting = Some((
+            "CrashLoopBackOff".into(),
+            format!(
+                "back-off {}s restarting failed container={name} pod={pod}",
+                delay.as_secs()
+            ),
+        ));
+        c.retry_at = Some(until);
     }
 
-    /// Once every regular container has ended for good (or an init
-    /// container failed for good), the sidecars are stopped, as upstream
-    /// does for completing pods.
-    pub(super) async fn stop_sidecars_when_done(&mut self) {
-        let n_init = self.pod.init_containers.len();
-        let has_sidecars = self
-            .pod
-            .init_containers
-            .iter()
-            .any(|c| c.role == ContainerRole::Sidecar);
-        if self.completing || !has_sidecars {
+    /// Container `i`'s pull or create failed and waits for its backoff: a
+    /// failed pull shows ErrImagePull for a second, then ImagePullBackOff
+    /// for the rest of the delay, as upstream.
+    fn back_off_setup(&mut self, i: usize, until: Instant) {
+        let image = self.pod.container(i).image.clone();
+        let c = &mut self.containers[i];
+        c.retry_at = Some(until);
+        let Some((reason, message)) = &mut c.record.view.waiting else {
             return;
-        }
-        let over = |i: usize| {
-            self.containers[i]
-                .record
-                .view
-                .terminated
-                .as_ref()
-                .is_some_and(|t| !self.wants_restart(i, t))
         };
-        let init_failed = (0..n_init).any(|i| {
-            let failed = self.containers[i]
-                .record
-                .view
-                .terminated
-                .as_ref()
-                .is_some_and(|t| t.exit_code != 0);
-            self.pod.container(i).role == ContainerRole::Init && failed && over(i)
-        });
-        let regular_done = (n_init..n_init + self.pod.containers.len()).all(over);
-        if !(init_failed || regular_done) {
+        if reason != "ErrImagePull" {
             return;
         }
-        self.completing = true;
-        let now = Instant::now();
-        for i in (0..n_init).rev() {
-            if self.pod.container(i).role == ContainerRole::Sidecar {
-                self.stop_container(i, now).await;
-            }
-        }
+        *reason = "ImagePullBackOff".into();
+        *message = format!("Back-off pulling image {image:?}");
+        let name = self.pod.container(i).name.clone();
+        self.event(
+            Some(&name),
+            EventType::Normal,
+            "BackOff",
+            format!("Back-off pulling image {image:?}"),
+        );
+        self.event(
+            Some(&name),
+            EventType::Warning,
+            "Failed",
+            "Error: ImagePullBackOff".into(),
+        );
     }
 
     /// Sends a running container its stop signal, SIGKILL to follow after
@@ -290,21 +194,6 @@ impl Worker {
         );
         if let Err(e) = self.ctx.runtime.kill(&id, &signal).await {
             log::warn!("pod {}: {e}", self.pod.full_name());
-        }
-    }
-
-    /// A pod that has ended keeps no debugging container: upstream stops
-    /// every container of a terminal pod, and its sandbox goes after them.
-    pub(super) async fn stop_ephemeral_when_done(&mut self) {
-        if !self.phase_is_terminal() {
-            return;
-        }
-        let now = Instant::now();
-        let first = self.pod.init_containers.len() + self.pod.containers.len();
-        for i in first..self.containers.len() {
-            if self.containers[i].kill_at.is_none() {
-                self.stop_container(i, now).await;
-            }
         }
     }
 }
