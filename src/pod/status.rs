@@ -24,6 +24,76 @@ pub struct Terminated {
     pub message: Option<String>,
 }
 
+/// Why a container has no running instance, as upstream's kubelet names
+/// it (`state.waiting.reason`). Saved with the container's record by name;
+/// a name this agent does not know (written by a newer one) reads as
+/// ContainerCreating, which the next pass replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "&'static str")]
+pub enum WaitingReason {
+    ContainerCreating,
+    PodInitializing,
+    CrashLoopBackOff,
+    ErrImagePull,
+    ImagePullBackOff,
+    InvalidImageName,
+    ErrImageNeverPull,
+    CreateContainerConfigError,
+    CreateContainerError,
+    CreatePodSandboxError,
+}
+
+impl WaitingReason {
+    const ALL: [WaitingReason; 10] = [
+        WaitingReason::ContainerCreating,
+        WaitingReason::PodInitializing,
+        WaitingReason::CrashLoopBackOff,
+        WaitingReason::ErrImagePull,
+        WaitingReason::ImagePullBackOff,
+        WaitingReason::InvalidImageName,
+        WaitingReason::ErrImageNeverPull,
+        WaitingReason::CreateContainerConfigError,
+        WaitingReason::CreateContainerError,
+        WaitingReason::CreatePodSandboxError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitingReason::ContainerCreating => "ContainerCreating",
+            WaitingReason::PodInitializing => "PodInitializing",
+            WaitingReason::CrashLoopBackOff => "CrashLoopBackOff",
+            WaitingReason::ErrImagePull => "ErrImagePull",
+            WaitingReason::ImagePullBackOff => "ImagePullBackOff",
+            WaitingReason::InvalidImageName => "InvalidImageName",
+            WaitingReason::ErrImageNeverPull => "ErrImageNeverPull",
+            WaitingReason::CreateContainerConfigError => "CreateContainerConfigError",
+            WaitingReason::CreateContainerError => "CreateContainerError",
+            WaitingReason::CreatePodSandboxError => "CreatePodSandboxError",
+        }
+    }
+}
+
+impl From<String> for WaitingReason {
+    fn from(name: String) -> Self {
+        WaitingReason::ALL
+            .into_iter()
+            .find(|r| r.as_str() == name)
+            .unwrap_or(WaitingReason::ContainerCreating)
+    }
+}
+
+impl From<WaitingReason> for &'static str {
+    fn from(reason: WaitingReason) -> Self {
+        reason.as_str()
+    }
+}
+
+impl std::fmt::Display for WaitingReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The identity a container's first process started with.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessUser {
@@ -46,9 +116,8 @@ pub struct ContainerView {
     pub terminated: Option<Terminated>,
     /// The instance before the current one.
     pub last_terminated: Option<Terminated>,
-    /// Why no instance runs: ContainerCreating, CrashLoopBackOff,
-    /// ErrImagePull, ImagePullBackOff, CreateContainerConfigError, ...
-    pub waiting: Option<(String, String)>,
+    /// Why no instance runs, and the message.
+    pub waiting: Option<(WaitingReason, String)>,
     /// Who its process started as (uid, gid, every group), for
     /// `containerStatuses[].user`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -269,7 +338,7 @@ pub fn pod_status(
             } else if let Some((reason, message)) = &v.waiting {
                 core::ContainerState {
                     waiting: Some(core::ContainerStateWaiting {
-                        reason: Some(reason.clone()),
+                        reason: Some(reason.to_string()),
                         message: (!message.is_empty()).then(|| message.clone()),
                     }),
                     ..Default::default()
@@ -675,6 +744,31 @@ mod tests {
     }
 
     #[test]
+    fn waiting_reasons_are_saved_by_name_and_unknown_names_read_as_creating() {
+        let view = ContainerView {
+            waiting: Some((WaitingReason::ImagePullBackOff, "Back-off".into())),
+            ..Default::default()
+        };
+        let saved = serde_json::to_value(&view).unwrap();
+        // The record's format from before the enum: a name and a message.
+        assert_eq!(
+            saved["waiting"],
+            serde_json::json!(["ImagePullBackOff", "Back-off"])
+        );
+        assert_eq!(
+            serde_json::from_value::<ContainerView>(saved).unwrap(),
+            view
+        );
+        for reason in WaitingReason::ALL {
+            assert_eq!(WaitingReason::from(reason.as_str().to_owned()), reason);
+        }
+        let mut newer = serde_json::to_value(&view).unwrap();
+        newer["waiting"][0] = "SomethingNew".into();
+        let read: ContainerView = serde_json::from_value(newer).unwrap();
+        assert_eq!(read.waiting.unwrap().0, WaitingReason::ContainerCreating);
+    }
+
+    #[test]
     fn phases_and_rows() {
         let p = pod("Always");
         assert_eq!(
@@ -692,7 +786,7 @@ mod tests {
         let mut crash = exited(1);
         crash.restart_count = 3;
         crash.last_terminated = crash.terminated.take();
-        crash.waiting = Some(("CrashLoopBackOff".into(), "back-off 40s".into()));
+        crash.waiting = Some((WaitingReason::CrashLoopBackOff, "back-off 40s".into()));
         let s = pod_status(
             &p,
             &[crash.clone(), running("b")],

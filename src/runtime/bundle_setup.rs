@@ -11,13 +11,14 @@ use std::path::PathBuf;
 
 use crate::cgroup;
 use crate::image::manifest::RunConfig;
+use crate::pod::status::WaitingReason;
 use crate::pod::{Container, Pod};
 use crate::runtime::spec::{self, PodPaths, SpecInput};
 use crate::runtime::{Bundle, sub_path};
 
 /// Why a bundle could not be made: the container's waiting reason, as
 /// upstream reports it, and the message.
-pub type SetupFailure = (&'static str, String);
+pub type SetupFailure = (WaitingReason, String);
 
 /// What a container instance's bundle is made from.
 pub struct BundleSetup {
@@ -47,15 +48,15 @@ impl BundleSetup {
         let paths = self
             .paths
             .as_ref()
-            .ok_or(("CreateContainerError", "no sandbox".to_owned()))?;
+            .ok_or((WaitingReason::CreateContainerError, "no sandbox".to_owned()))?;
         let bundle = &self.bundle;
         let rootfs = bundle
             .mount_rootfs(&self.layers, paths.user_ns.as_ref())
-            .map_err(|e| ("CreateContainerError", e.to_string()))?;
+            .map_err(|e| (WaitingReason::CreateContainerError, e.to_string()))?;
         let termination_log = bundle.termination_log();
         create_termination_log(&termination_log).map_err(|e| {
             (
-                "CreateContainerError",
+                WaitingReason::CreateContainerError,
                 format!("{}: {e}", termination_log.display()),
             )
         })?;
@@ -82,7 +83,7 @@ impl BundleSetup {
                 }
             })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
+            .map_err(|e| (WaitingReason::CreateContainerConfigError, e.to_string()))?;
         let spec = spec::build(&SpecInput {
             pod: &self.pod,
             container: &self.container,
@@ -100,10 +101,10 @@ impl BundleSetup {
             apparmor_default: self.apparmor_default,
             recursive_read_only: self.recursive_read_only,
         })
-        .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
+        .map_err(|e| (WaitingReason::CreateContainerConfigError, e.to_string()))?;
         bundle
             .write_spec(&spec)
-            .map_err(|e| ("CreateContainerError", e.to_string()))?;
+            .map_err(|e| (WaitingReason::CreateContainerError, e.to_string()))?;
         Ok(spec.process.user)
     }
 }

@@ -3,46 +3,6 @@ use super::*;
 /// How often emptyDir sizeLimits are checked: upstream's eviction interval.
 pub(super) const STORAGE_CHECK: Duration = Duration::from_secs(10);
 
-/// Where an evicted pod's reason is kept, so that no restart of the agent
-/// runs it again.
-pub(super) fn dir_evicted(pod_dir: &Path) -> PathBuf {
-    pod_dir.join("evicted")
-}
-
-/// Why the kubelet ended a pod: upstream's reason and message.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Ended {
-    pub(super) reason: String,
-    pub(super) message: String,
-}
-
-impl Ended {
-    /// The marker's text: the message, after a `reason:` line unless the
-    /// reason is Evicted (what markers written before held).
-    pub(super) fn to_text(&self) -> String {
-        match self.reason.as_str() {
-            "Evicted" => self.message.clone(),
-            reason => format!("reason: {reason}\n{}", self.message),
-        }
-    }
-
-    pub(super) fn from_text(text: &str) -> Ended {
-        match text
-            .strip_prefix("reason: ")
-            .and_then(|rest| rest.split_once('\n'))
-        {
-            Some((reason, message)) => Ended {
-                reason: reason.to_owned(),
-                message: message.to_owned(),
-            },
-            None => Ended {
-                reason: "Evicted".into(),
-                message: text.to_owned(),
-            },
-        }
-    }
-}
-
 /// Upstream's message for a pod past its activeDeadlineSeconds.
 pub(super) const DEADLINE_EXCEEDED: &str =
     "Pod was active on the node longer than the specified deadline";
@@ -87,7 +47,7 @@ impl Worker {
     /// system priorities), which would not be admitted again.
     pub(super) async fn check_local_storage(&mut self) {
         let now = Instant::now();
-        if self.evicted.is_some()
+        if !self.stage.may_end()
             || self.storage_measuring
             || self.storage_check_at.is_some_and(|t| t > now)
         {
@@ -281,7 +241,7 @@ impl Worker {
         if let Err(e) = crate::helpers::unblock(move || std::fs::write(&marker, text)).await {
             log::error!("pod {name}: recording its end: {e}");
         }
-        self.evicted = Some(ended);
+        self.stage.end(ended);
         if grace.is_zero() {
             self.kill_all_now().await;
         } else {

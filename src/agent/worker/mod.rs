@@ -22,7 +22,7 @@ use crate::pod::backoff::Backoff;
 use crate::pod::env::{self, Downward};
 use crate::pod::objects::{PodObjects, references, token_key};
 use crate::pod::probe::ProbeKind;
-use crate::pod::status::{self, ContainerView, Lifecycle, Terminated};
+use crate::pod::status::{self, ContainerView, Terminated, WaitingReason};
 use crate::pod::volumes;
 use crate::pod::{Container, ContainerRole, Pod, ProjectionSource, RestartPolicy, VolumeSource};
 use crate::runtime::bundle_setup::{BundleSetup, SetupFailure};
@@ -37,13 +37,14 @@ mod plan;
 mod pod_sandbox;
 mod probes;
 mod recovery;
+mod stage;
 mod start;
 mod sync;
 mod terminate;
 mod update;
 
-use ending::{Ended, dir_evicted};
 use pod_sandbox::VOLUME_REFRESH;
+use stage::{Ended, Stage, dir_evicted};
 pub use terminate::remove_pod_state;
 use update::ResizeRetry;
 
@@ -138,14 +139,8 @@ pub struct Worker {
     exits_tx: Sender<MonitorEvent>,
     exits_rx: Receiver<MonitorEvent>,
     control: Receiver<Control>,
-    terminating: bool,
-    /// Every container was stopped by termination.
-    stopped: bool,
-    /// The regular containers are done for good: sidecars are stopped and
-    /// not restarted.
-    completing: bool,
-    /// A grace period shorter than the pod's, from its deletion.
-    grace_override: Option<Duration>,
+    /// Where the pod is in its life.
+    stage: Stage,
     /// The last status written, to skip unchanged writes.
     last_status: Option<k8s_openapi::api::core::v1::PodStatus>,
     sandbox_backoff: Backoff,
@@ -158,18 +153,12 @@ pub struct Worker {
     /// Probes run as tasks of their own (a slow one must not hold up the
     /// pod's other work) and report here.
     probe_results: (Sender<ProbeResult>, Receiver<ProbeResult>),
-    /// Why the kubelet ended the pod (an eviction, its active deadline):
-    /// it runs nothing more. Kept in its dir.
-    evicted: Option<Ended>,
     /// When the disk emptyDirs with a sizeLimit are measured next.
     storage_check_at: Option<Instant>,
     /// A measurement runs as a task of its own (a large emptyDir takes a
     /// while to walk) and reports here: why the pod must go, if it must.
     storage_verdicts: (Sender<Option<String>>, Receiver<Option<String>>),
     storage_measuring: bool,
-    /// The pod ran to its end and gave its sandbox back (see
-    /// `release_sandbox`); its IPs stay in its status.
-    sandbox_released: bool,
     /// Its start was counted (or it started under an earlier agent).
     start_observed: bool,
     /// Where its in-place resize is, for the pod's conditions.
@@ -213,9 +202,10 @@ impl Worker {
             .map(|c| ContainerState::of(c, &saved))
             .collect();
         let (exits_tx, exits_rx) = smol::channel::unbounded();
-        let evicted = std::fs::read_to_string(dir_evicted(&dir))
-            .ok()
-            .map(|text| Ended::from_text(&text));
+        let stage = match std::fs::read_to_string(dir_evicted(&dir)) {
+            Ok(text) => Stage::Ended(Ended::from_text(&text)),
+            Err(_) => Stage::Syncing,
+        };
         let objects = checkpoint::read_objects(&dir)
             .ok()
             .flatten()
@@ -235,19 +225,14 @@ impl Worker {
             exits_tx,
             exits_rx,
             control,
-            terminating: false,
-            grace_override: None,
-            stopped: false,
-            sandbox_released: false,
+            stage,
             start_observed: false,
-            completing: false,
             last_status: None,
             sandbox_backoff: Backoff::default(),
             objects,
             volumes_written: None,
             objects_changed,
             probe_results: smol::channel::unbounded(),
-            evicted,
             storage_check_at: None,
             storage_verdicts: smol::channel::bounded(1),
             storage_measuring: false,
@@ -262,11 +247,11 @@ impl Worker {
             log::error!("pod {name}: {e}");
         }
         self.adopt().await;
-        if self.evicted.is_some() {
+        if self.stage.ended().is_some() {
             self.kill_all_now().await;
         }
         loop {
-            if self.terminating {
+            if self.stage.is_terminating() {
                 self.terminate().await;
                 if let Some(objects) = &self.ctx.objects {
                     objects.release(&self.pod.uid);
@@ -300,7 +285,7 @@ impl Worker {
                 continue;
             }
             self.write_status();
-            if !self.sandbox_released && self.ran_to_its_end() {
+            if !self.stage.is_released() && self.ran_to_its_end() {
                 self.release_sandbox().await;
             }
             // An init container started: the next one may start now, not
@@ -336,7 +321,7 @@ impl Worker {
                 Wake::Storage(verdict) => {
                     self.storage_measuring = false;
                     if let Some(message) = verdict
-                        && self.evicted.is_none()
+                        && self.stage.may_end()
                     {
                         self.evict(message, Duration::ZERO).await;
                     }
@@ -354,25 +339,23 @@ impl Worker {
             Some(Control::ResizePending(verdict)) => self.resize.pending = verdict,
             Some(Control::Relisted(states)) => self.heal(&states).await,
             Some(Control::Evict { message, grace }) => {
-                if self.evicted.is_none() {
+                if self.stage.may_end() {
                     self.evict(message, grace).await;
                 }
             }
             Some(Control::Terminate { grace }) => {
-                self.terminating = true;
-                if let Some(grace) = grace {
-                    self.grace_override = Some(grace.min(self.pod.termination_grace));
-                }
+                let pods = self.pod.termination_grace;
+                self.stage.terminate(grace.map_or(pods, |g| g.min(pods)));
             }
             // The agent is gone: nothing will tell this worker more.
-            None => self.terminating = true,
+            None => self.stage.terminate(self.pod.termination_grace),
         }
     }
 
     fn next_wake(&self) -> Option<Instant> {
         let refresh = self
             .volumes_written
-            .filter(|_| self.has_api_volumes() && !self.sandbox_released)
+            .filter(|_| self.has_api_volumes() && !self.stage.is_released())
             .map(|t| t + VOLUME_REFRESH);
         self.containers
             .iter()
@@ -380,8 +363,8 @@ impl Worker {
             .chain(self.containers.iter().filter_map(|c| c.kill_at))
             .chain(self.containers.iter().filter_map(|c| c.probes.next_at()))
             .chain(refresh)
-            .chain(self.storage_check_at.filter(|_| self.evicted.is_none()))
-            .chain(self.active_deadline().filter(|_| self.evicted.is_none()))
+            .chain(self.storage_check_at.filter(|_| self.stage.may_end()))
+            .chain(self.active_deadline().filter(|_| self.stage.may_end()))
             .chain(self.resize_retry.as_ref().map(|r| r.at))
             .min()
     }
@@ -465,7 +448,7 @@ impl Worker {
     }
 
     fn ran_to_its_end(&self) -> bool {
-        let terminal = self.evicted.is_some() || self.phase_is_terminal();
+        let terminal = self.stage.ended().is_some() || self.phase_is_terminal();
         terminal
             && self.containers.iter().all(|c| {
                 c.record.view.running_since.is_none() || c.record.view.terminated.is_some()
@@ -481,11 +464,7 @@ impl Worker {
     }
 
     fn write_status(&mut self) {
-        let lifecycle = match (self.terminating, self.stopped) {
-            (_, true) => Lifecycle::Stopped,
-            (true, false) => Lifecycle::Terminating,
-            (false, false) => Lifecycle::Running,
-        };
+        let lifecycle = self.stage.lifecycle();
         let pod_ips = self.pod_ips();
         let views: Vec<ContainerView> = self
             .containers
@@ -504,7 +483,7 @@ impl Worker {
             &pod_ips,
             lifecycle,
         );
-        if let Some(ended) = &self.evicted {
+        if let Some(ended) = self.stage.ended() {
             status::mark_ended(&mut status, &ended.reason, &ended.message);
         }
         status::add_resize_conditions(&mut status, &self.resize);
@@ -528,7 +507,7 @@ impl Worker {
             name: self.pod.name.clone(),
             source: self.pod.source.clone(),
             admitted: self.admitted,
-            terminating: self.terminating,
+            terminating: self.stage.is_terminating(),
             log_dir: self.ctx.config.pod_logs_dir.join(self.pod.log_dir_name()),
             status: status.clone(),
         };

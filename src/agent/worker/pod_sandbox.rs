@@ -84,7 +84,7 @@ impl Worker {
                     SandboxFailure::Mount(message) => {
                         log::warn!("pod {}: {message}", self.pod.full_name());
                         self.event(None, EventType::Warning, "FailedMount", message.clone());
-                        ("ContainerCreating", message)
+                        (WaitingReason::ContainerCreating, message)
                     }
                     SandboxFailure::Sandbox(message) => {
                         log::error!("pod {}: sandbox: {message}", self.pod.full_name());
@@ -94,7 +94,7 @@ impl Worker {
                             "FailedCreatePodSandBox",
                             format!("Failed to create pod sandbox: {message}"),
                         );
-                        ("CreatePodSandboxError", message)
+                        (WaitingReason::CreatePodSandboxError, message)
                     }
                 };
                 let now = Instant::now();
@@ -106,7 +106,7 @@ impl Worker {
                         .unwrap_or(Duration::from_secs(10));
                 for c in &mut self.containers {
                     if c.record.view.running_since.is_none() {
-                        c.record.view.waiting = Some((reason.into(), message.clone()));
+                        c.record.view.waiting = Some((reason, message.clone()));
                         c.retry_at = Some(retry);
                     }
                 }
@@ -154,7 +154,7 @@ impl Worker {
     /// pause and volumes go, and so does its monitor. Its status, logs and
     /// dir stay until the pod is deleted.
     pub(super) async fn release_sandbox(&mut self) {
-        self.sandbox_released = true;
+        self.stage.release();
         let name = self.pod.full_name();
         if let Some(mut monitor) = self.monitor.take()
             && let Err(e) = monitor.shutdown().await

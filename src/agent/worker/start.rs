@@ -21,7 +21,7 @@ pub(super) async fn set_up_bundle(
     .detach();
     outcome.recv().await.unwrap_or_else(|_| {
         Err((
-            "CreateContainerError",
+            WaitingReason::CreateContainerError,
             "the bundle's setup ended without an outcome".to_owned(),
         ))
     })
@@ -38,11 +38,11 @@ impl Worker {
                 .view
                 .waiting
                 .as_ref()
-                .is_some_and(|(reason, _)| reason == "PodInitializing");
+                .is_some_and(|(reason, _)| *reason == WaitingReason::PodInitializing);
             if c.record.view.terminated.is_none()
                 && (c.record.view.waiting.is_none() || initializing)
             {
-                c.record.view.waiting = Some(("ContainerCreating".into(), String::new()));
+                c.record.view.waiting = Some((WaitingReason::ContainerCreating, String::new()));
             }
         }
         self.write_status();
@@ -83,16 +83,16 @@ impl Worker {
             }
             Err(e) => {
                 let reason = match &e {
-                    ImageError::InvalidName(_) => "InvalidImageName",
-                    ImageError::NeverPull { .. } => "ErrImageNeverPull",
-                    _ => "ErrImagePull",
+                    ImageError::InvalidName(_) => WaitingReason::InvalidImageName,
+                    ImageError::NeverPull { .. } => WaitingReason::ErrImageNeverPull,
+                    _ => WaitingReason::ErrImagePull,
                 };
                 log::warn!(
                     "pod {}: container {}: {e}",
                     self.pod.full_name(),
                     spec_container.name
                 );
-                if reason == "ErrImagePull" {
+                if reason == WaitingReason::ErrImagePull {
                     let message = format!("Failed to pull image {image_name:?}: {e}");
                     self.event(cname, EventType::Warning, "Failed", message);
                 }
@@ -117,21 +117,21 @@ impl Worker {
                     spec_container.name
                 );
                 self.event(cname, EventType::Warning, "Failed", format!("Error: {e}"));
-                self.setup_failed(i, "CreateContainerConfigError", e.to_string());
+                self.setup_failed(i, WaitingReason::CreateContainerConfigError, e.to_string());
                 return;
             }
         };
         let spec_container = match spec_container.expand_sub_paths(&env) {
             Ok(container) => container,
             Err(message) => {
-                self.create_failed(i, "CreateContainerConfigError", message);
+                self.create_failed(i, WaitingReason::CreateContainerConfigError, message);
                 return;
             }
         };
         let paths = match self.paths_for(&spec_container).await {
             Ok(paths) => paths,
             Err(message) => {
-                self.create_failed(i, "CreateContainerError", message);
+                self.create_failed(i, WaitingReason::CreateContainerError, message);
                 return;
             }
         };
@@ -328,7 +328,7 @@ impl Worker {
 
     /// Container `i` could not be created: logged, a Failed event, and
     /// the setup backoff.
-    pub(super) fn create_failed(&mut self, i: usize, reason: &str, message: String) {
+    pub(super) fn create_failed(&mut self, i: usize, reason: WaitingReason, message: String) {
         log::warn!("pod {}: {message}", self.pod.full_name());
         let name = self.pod.container(i).name.clone();
         self.event(
@@ -340,15 +340,15 @@ impl Worker {
         self.setup_failed(i, reason, message);
     }
 
-    pub(super) fn setup_failed(&mut self, i: usize, reason: &str, message: String) {
+    pub(super) fn setup_failed(&mut self, i: usize, reason: WaitingReason, message: String) {
         let now = Instant::now();
         let c = &mut self.containers[i];
         c.setup_backoff.record_attempt(now);
         c.setup_failed_at = Some(now);
-        c.record.view.waiting = Some((reason.to_owned(), message));
+        c.record.view.waiting = Some((reason, message));
         // ErrImagePull shows until the next sync, which then reports
         // ImagePullBackOff for the rest of the delay, as upstream.
-        c.retry_at = if reason == "ErrImagePull" {
+        c.retry_at = if reason == WaitingReason::ErrImagePull {
             Some(now + Duration::from_secs(1))
         } else {
             c.setup_backoff.wait_until(now, now)

@@ -18,16 +18,16 @@ impl Worker {
         // A killed pause took the pod's processes and its PID namespace.
         if self.pod.share_process_namespace
             && self.paths.is_some()
-            && !self.sandbox_released
+            && !self.stage.is_released()
             && !crate::runtime::pause::alive(&self.dir.join("ns"))
         {
             self.paths = None;
         }
         let mut facts = Facts {
-            ended: self.evicted.is_some(),
+            ended: self.stage.ended().is_some(),
             past_deadline: self.past_active_deadline(),
-            completing: self.completing,
-            released: self.sandbox_released,
+            completing: self.stage.is_completing(),
+            released: self.stage.is_released(),
             phase_terminal: self.phase_is_terminal(),
             sandbox_ready: self.paths.is_some(),
         };
@@ -39,7 +39,7 @@ impl Worker {
                 match action {
                     Action::Kill(i) => self.kill_now(i).await,
                     Action::EndPastDeadline => self.end_past_deadline().await,
-                    Action::Complete => self.completing = true,
+                    Action::Complete => self.stage.complete(),
                     Action::Stop(i) => self.stop_container(i, now).await,
                     Action::SetUpSandboxFirst => {
                         self.ensure_sandbox().await;
@@ -49,7 +49,7 @@ impl Worker {
                     Action::Gate(i) => {
                         let view = &mut self.containers[i].record.view;
                         if view.container_id.is_none() && view.waiting.is_none() {
-                            view.waiting = Some(("PodInitializing".into(), String::new()));
+                            view.waiting = Some((WaitingReason::PodInitializing, String::new()));
                         }
                     }
                     Action::BackOff {
@@ -65,7 +65,7 @@ impl Worker {
             }
             actions = Vec::new();
             if replan {
-                facts.completing = self.completing;
+                facts.completing = self.stage.is_completing();
                 actions = plan::plan(&self.pod, &self.containers, &facts, now);
             }
         }
@@ -94,14 +94,14 @@ impl Worker {
                         let c = &mut self.containers[i];
                         if c.record.view.terminated.is_none() {
                             c.record.view.waiting =
-                                Some(("ContainerCreating".into(), message.clone()));
+                                Some((WaitingReason::ContainerCreating, message.clone()));
                         }
                         c.retry_at = Some(now + Duration::from_secs(retry));
                     }
                 }
             }
         } else if self.paths.is_some()
-            && !self.sandbox_released
+            && !self.stage.is_released()
             && self.has_api_volumes()
             && self
                 .volumes_written
@@ -134,7 +134,7 @@ impl Worker {
         self.event(Some(&name), EventType::Warning, "BackOff", message);
         let c = &mut self.containers[i];
         c.record.view.waiting = Some((
-            "CrashLoopBackOff".into(),
+            WaitingReason::CrashLoopBackOff,
             format!(
                 "back-off {}s restarting failed container={name} pod={pod}",
                 delay.as_secs()
@@ -153,10 +153,10 @@ impl Worker {
         let Some((reason, message)) = &mut c.record.view.waiting else {
             return;
         };
-        if reason != "ErrImagePull" {
+        if *reason != WaitingReason::ErrImagePull {
             return;
         }
-        *reason = "ImagePullBackOff".into();
+        *reason = WaitingReason::ImagePullBackOff;
         *message = format!("Back-off pulling image {image:?}");
         let name = self.pod.container(i).name.clone();
         self.event(

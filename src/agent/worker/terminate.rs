@@ -51,7 +51,10 @@ impl Worker {
     /// removes everything of the pod.
     pub(super) async fn terminate(&mut self) {
         let name = self.pod.full_name();
-        let grace = self.grace_override.unwrap_or(self.pod.termination_grace);
+        let grace = match &self.stage {
+            Stage::Terminating { grace, .. } => *grace,
+            _ => self.pod.termination_grace,
+        };
         log::info!("pod {name}: terminating (grace period {grace:?})");
         self.write_status();
         let running: Vec<(usize, String)> = self
@@ -96,10 +99,13 @@ impl Worker {
                 .await;
         }
         // The final status: the phase is terminal once nothing can run.
-        self.stopped = self
+        if self
             .containers
             .iter()
-            .all(|c| c.record.view.terminated.is_some() || c.record.view.container_id.is_none());
+            .all(|c| c.record.view.terminated.is_some() || c.record.view.container_id.is_none())
+        {
+            self.stage.stopped();
+        }
         self.write_status();
         for (_, id) in &running {
             self.remove_instance(id).await;
