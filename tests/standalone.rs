@@ -3810,3 +3810,93 @@ fn monitors_are_forked_by_the_launcher_and_execd_once_it_is_gone() {
         matches!(state, None | Some('Z')).then_some(())
     });
 }
+
+/// A pod deleted while its container is created but not yet started (the
+/// runtime's `start` held here by a wrapper) is removed at once: its
+/// instance never ran and is deleted, where its stop signal (SIGWINCH,
+/// httpd's, which the runtime's init process ignores) would have held the
+/// pod for its grace period.
+#[test]
+fn a_container_deleted_between_create_and_start_is_undone_at_once() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let dir = common::TempDir::new("nanolet-held-start");
+    let held = dir.path().join("held");
+    let wrapper = dir.path().join("runtime");
+    fs::write(
+        &wrapper,
+        format!(
+            // Once released, it goes on only if the agent's runtime root
+            // is still there: a test that failed has removed it, and
+            // the runtime would make it again.
+            "#!/bin/sh
+root=
+previous=
+for arg in \"$@\"; do
+  [ \"$previous\" = --root ] && root=$arg
+  previous=$arg
+  if [ \"$arg\" = start ]; then
+    touch {held}
+    n=0
+    while [ -e {held} ] && [ $n -lt 300 ]; do sleep 0.2; n=$((n + 1)); done
+    [ -d \"$root\" ] || exit 1
+  fi
+done
+exec {runtime} \"$@\"
+",
+            held = held.display(),
+            runtime = common::runtime(),
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let agent = Agent::start_with(&registry, &["--runtime-path", wrapper.to_str().unwrap()]);
+    agent.write_manifest(
+        "held.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: held}}
+spec:
+  os: {{name: linux}}
+  terminationGracePeriodSeconds: 120
+  containers:
+  - name: c
+    image: {image}
+    command: [sleep, '3600']
+    lifecycle: {{stopSignal: SIGWINCH}}
+"
+        ),
+    );
+    agent.wait_for("the container created and its start held", T, |_| {
+        held.exists().then_some(())
+    });
+    agent.remove_manifest("held.yaml");
+    agent.wait_for("the pod gone", T, |a| {
+        a.record("held").is_none().then_some(())
+    });
+    assert!(
+        agent
+            .runtime_containers()
+            .iter()
+            .all(|c| !c["bundle"].as_str().unwrap_or("").contains("held")),
+    );
+    // The held `start` goes on, finds nothing to start, and ends.
+    fs::remove_file(&held).unwrap();
+    // The shell running it, not the agent named after it.
+    let wrapper_path = format!("/bin/sh {}", wrapper.display());
+    agent.wait_for("the held start to end", T, |_| {
+        common::processes_whose_cmdline_contains(&wrapper_path)
+            .is_empty()
+            .then_some(())
+    });
+    assert!(
+        agent.runtime_containers().is_empty(),
+        "{:?}",
+        agent.runtime_containers()
+    );
+}

@@ -57,6 +57,7 @@ impl Worker {
         };
         log::info!("pod {name}: terminating (grace period {grace:?})");
         self.write_status();
+        self.undo_unstarted().await;
         let running: Vec<(usize, String)> = self
             .containers
             .iter()
@@ -112,6 +113,38 @@ impl Worker {
         }
         self.cleanup().await;
         log::info!("pod {name}: terminated and removed");
+    }
+
+    /// The deletion abandoned a pass between a container's create and its
+    /// start: the instance never ran, and it is deleted at once. Its stop
+    /// signal would reach the runtime's init process, which ignores some
+    /// (SIGWINCH, httpd's STOPSIGNAL) and would hold the pod for its whole
+    /// grace period.
+    async fn undo_unstarted(&mut self) {
+        use crate::agent::relist::{Verdict, verdict};
+        let unstarted: Vec<(usize, String)> = self
+            .containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                let view = &c.record.view;
+                view.terminated.is_none() && view.running_since.is_none()
+            })
+            .filter_map(|(i, c)| c.record.view.container_id.clone().map(|id| (i, id)))
+            .collect();
+        if unstarted.is_empty() {
+            return;
+        }
+        // Unknown is not "never started": they are stopped as the others.
+        let Ok(listed) = self.ctx.runtime.list().await else {
+            return;
+        };
+        for (i, id) in unstarted {
+            if verdict(listed.iter().find(|s| s.id == id)) == Verdict::NeverStarted {
+                self.record_unknown_exit(i, &id, "deleted before it started");
+                self.remove_instance(&id).await;
+            }
+        }
     }
 
     /// Waits for every instance (but sidecars', unless `sidecars_too`) to
