@@ -88,9 +88,15 @@ fn main() -> ExitCode {
         "logs" => cmd_logs(parser),
         "monitor" => cmd_monitor(parser),
         // Internal, like monitor: PID 1 of pods with shareProcessNamespace.
-        "pause" => {
-            nanolet::runtime::pause::run(args_of(parser).first().map(Path::new)).map_err(Into::into)
-        }
+        "pause" => match args_of(parser).as_slice() {
+            [pid_file, user_ns @ ..] if user_ns.len() <= 1 => {
+                nanolet::runtime::pause::run(Path::new(pid_file), user_ns.first().map(Path::new))
+                    .map_err(Into::into)
+            }
+            _ => Err(anyhow::anyhow!(
+                "usage: nanolet pause PID_FILE [USER_NAMESPACE]"
+            )),
+        },
         // Internal: makes a pod's user namespace (hostUsers: false).
         "userns" => match args_of(parser).first() {
             Some(hostname) => {

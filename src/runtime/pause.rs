@@ -23,12 +23,14 @@ use crate::mount;
 const NAMESPACE: &str = "pid";
 const PID_FILE: &str = "pid.pause";
 
-/// Entry point of `nanolet pause [user namespace]`: prints the host pid of
-/// the namespace's init and leaves it running. With a user namespace (a pod
-/// with `hostUsers: false`), the PID namespace is that namespace's, which
-/// the pod's containers, inside it, can only then join. Must run before any
-/// thread is started.
-pub fn run(user_ns: Option<&Path>) -> io::Result<()> {
+/// Entry point of `nanolet pause PID_FILE [user namespace]`: writes the
+/// host pid of the namespace's init to `PID_FILE`, prints it, and leaves
+/// the init running. The pause records itself, so that an agent killed
+/// before it read the pid leaves no pause that nothing names. With a user
+/// namespace (a pod with `hostUsers: false`), the PID namespace is that
+/// namespace's, which the pod's containers, inside it, can only then join.
+/// Must run before any thread is started.
+pub fn run(pid_file: &Path, user_ns: Option<&Path>) -> io::Result<()> {
     if let Some(path) = user_ns {
         let file = fs::File::open(path)?;
         nix::sched::setns(file, CloneFlags::CLONE_NEWUSER).map_err(io::Error::from)?;
@@ -39,6 +41,13 @@ pub fn run(user_ns: Option<&Path>) -> io::Result<()> {
         ForkResult::Parent { child } => child,
         ForkResult::Child => init(),
     };
+    if let Err(e) = fs::write(pid_file, child.to_string()) {
+        let _ = kill(child, Signal::SIGKILL);
+        return Err(io::Error::new(
+            e.kind(),
+            format!("{}: {e}", pid_file.display()),
+        ));
+    }
     println!("{child}");
     Ok(())
 }
@@ -94,7 +103,10 @@ pub async fn ensure(
     let target = ns_dir.join(NAMESPACE);
     mount::unmount(&target)?;
     let fail = |message: String| SandboxError::Namespace(format!("pause: {message}"));
-    let mut args = vec!["pause".as_ref()];
+    // Recorded by the pause itself, so that whatever fails next (the
+    // agent killed, too), it can be found.
+    let file = ns_dir.join(PID_FILE);
+    let mut args = vec!["pause".as_ref(), file.as_os_str()];
     args.extend(user_ns.map(Path::as_os_str));
     let (mut child, line) = super::start_helper(executable, &args, Stdio::null(), Stdio::null())
         .await
@@ -104,15 +116,12 @@ pub async fn ensure(
         .trim()
         .parse()
         .map_err(|_| fail(format!("exited with {status} and no pid")))?;
-    // Recorded first, so that whatever fails next, it can be found.
-    let file = ns_dir.join(PID_FILE);
     let io_at = |path: &Path| {
         let path = path.to_owned();
         move |source| SandboxError::Io { path, source }
     };
-    let held = fs::write(&file, pid.to_string())
-        .map_err(io_at(&file))
-        .and_then(|()| fs::File::create(&target).map_err(io_at(&target)))
+    let held = fs::File::create(&target)
+        .map_err(io_at(&target))
         .and_then(|_| {
             mount::bind(Path::new(&format!("/proc/{pid}/ns/pid")), &target)
                 .map_err(SandboxError::from)

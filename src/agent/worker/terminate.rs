@@ -1,5 +1,8 @@
 use super::*;
 
+/// How often a pod's cgroup removal is tried, 100 ms apart.
+const CGROUP_REMOVAL_TRIES: u32 = 30;
+
 /// Removes what a pod left on the host. Also used for pods whose checkpoint
 /// cannot be read any more. Idempotent.
 pub async fn remove_pod_state(
@@ -32,8 +35,17 @@ pub async fn remove_pod_state(
     if let Err(e) = sandbox::teardown(dir, &ctx.cni).await {
         log::warn!("pod {uid}: {e}");
     }
-    if let Err(e) = ctx.cgroups.remove_pod(qos, uid) {
-        log::warn!("pod {uid}: {e}");
+    // A pause process the teardown killed leaves its cgroup only once it
+    // has exited, which the kernel may not have finished: tried again
+    // for a while.
+    let mut tries = 0;
+    while let Err(e) = ctx.cgroups.remove_pod(qos, uid) {
+        tries += 1;
+        if tries == CGROUP_REMOVAL_TRIES {
+            log::warn!("pod {uid}: {e}");
+            break;
+        }
+        smol::Timer::after(Duration::from_millis(100)).await;
     }
     let (dir, log_dir) = (dir.to_owned(), log_dir.to_owned());
     let removed = crate::helpers::unblock(move || {
