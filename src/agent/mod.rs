@@ -12,13 +12,14 @@ pub mod memory_pressure;
 pub mod mirror;
 pub mod node;
 pub mod objects;
+mod pod_manager;
 pub mod prober;
 pub mod relist;
 pub mod sources;
 pub mod status;
 pub mod worker;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ use jiff::Timestamp;
 use smol::channel::Sender;
 
 use self::checkpoint::Rejected;
+use self::pod_manager::{Command, PodManager};
 use self::sources::ManifestSource;
 use self::status::StatusManager;
 use self::worker::{Control, Worker};
@@ -88,26 +90,10 @@ pub struct Context {
     pub eviction: eviction::EvictionManager,
 }
 
-struct WorkerHandle {
+/// A running worker: how to tell it things, and its task.
+struct WorkerLink {
     control: Sender<Control>,
-    terminating: bool,
-    from_api: bool,
-    /// CPU (millicores) and memory requests, for admission.
-    requests: (u64, u64),
-    /// The pod as last given to the worker, to see updates.
-    pod: Pod,
-    /// Why its resize waits (`Infeasible`/`Deferred` and a message).
-    resize_pending: Option<(String, String)>,
     _task: smol::Task<()>,
-}
-
-impl WorkerHandle {
-    fn terminate(&mut self, grace: Option<Duration>) {
-        if !self.terminating {
-            self.terminating = true;
-            let _ = self.control.try_send(Control::Terminate { grace });
-        }
-    }
 }
 
 /// `Pod::source` of pods from the API server (static pods carry their
@@ -293,15 +279,13 @@ pub async fn run(
     }
 
     let (done_tx, done_rx) = smol::channel::unbounded::<String>();
-    let mut workers: HashMap<String, WorkerHandle> = HashMap::new();
-    let spawn_worker =
-        |pod: Pod, admitted: Timestamp, workers: &mut HashMap<String, WorkerHandle>| {
+    let mut manager = PodManager::default();
+    let mut workers: HashMap<String, WorkerLink> = HashMap::new();
+    let carry_out = |command: Command, workers: &mut HashMap<String, WorkerLink>| match command {
+        Command::Start { pod, admitted } => {
             let (control, control_rx) = smol::channel::unbounded();
             let uid = pod.uid.clone();
-            let from_api = pod.source == API_SOURCE;
-            let requests = admission::requests(&pod);
-            let given = pod.clone();
-            let worker = Worker::new(ctx.clone(), pod, admitted, control_rx);
+            let worker = Worker::new(ctx.clone(), *pod, admitted, control_rx);
             let done = done_tx.clone();
             let task_uid = uid.clone();
             let task = crate::rt::spawn(async move {
@@ -310,17 +294,39 @@ pub async fn run(
             });
             workers.insert(
                 uid,
-                WorkerHandle {
+                WorkerLink {
                     control,
-                    terminating: false,
-                    from_api,
-                    requests,
-                    pod: given,
-                    resize_pending: None,
                     _task: task,
                 },
             );
-        };
+        }
+        Command::Tell { uid, control } => {
+            if let Some(worker) = workers.get(&uid) {
+                let _ = worker.control.try_send(control);
+            }
+        }
+        Command::Refuse {
+            uid,
+            namespace,
+            name,
+            reason,
+            message,
+        } => {
+            if let Some(status) = &ctx.status_manager {
+                let failed = api_source::rejected_status(&reason, &message);
+                status.set(&uid, &namespace, &name, failed, false);
+            }
+        }
+        Command::FinalDelete {
+            uid,
+            namespace,
+            name,
+        } => {
+            if let Some(status) = &ctx.status_manager {
+                status.delete(&uid, &namespace, &name);
+            }
+        }
+    };
 
     // Adopt what the previous run admitted: its workers reattach to running
     // containers, or clean up pods that are no longer wanted. Pods from the
@@ -328,7 +334,7 @@ pub async fn run(
     // also when it cannot be reached.
     for (pod, admitted) in adopt_checkpoints(&ctx).await {
         log::info!("adopting pod {} ({})", pod.full_name(), pod.uid);
-        spawn_worker(pod, admitted, &mut workers);
+        carry_out(manager.adopt(pod, admitted), &mut workers);
     }
 
     let mut api_changed = None;
@@ -387,12 +393,6 @@ pub async fn run(
             .map_err(|e| AgentError::Setup(format!("signals: {e}")))?;
     let mut reported: Option<Vec<Rejected>> = None;
     let mut unreadable_logged = false;
-    let mut rejected_reported: HashSet<String> = HashSet::new();
-    // Running pods whose update was ignored, logged once.
-    let mut kept_reported: HashSet<String> = HashSet::new();
-    let mut delete_requested: HashSet<String> = HashSet::new();
-    // Static pods waiting for an older pod of their name to stop.
-    let mut static_waiting: HashSet<String> = HashSet::new();
     let registered_node = admission::NodeView {
         name: ctx.config.node_name.clone(),
         labels: node::labels(&ctx),
@@ -434,7 +434,7 @@ pub async fn run(
             .clone()
             .unwrap_or_else(|| registered_node.clone());
         let scan = match &source {
-            Some(s) => s.scan(&node_view, workers.keys().cloned().collect()).await,
+            Some(s) => s.scan(&node_view, manager.uids().cloned().collect()).await,
             None => Some(Default::default()),
         };
         match scan {
@@ -456,35 +456,8 @@ pub async fn run(
                             .collect(),
                     );
                 }
-                for (uid, handle) in workers.iter_mut() {
-                    if !handle.from_api && !desired.contains_key(uid) {
-                        handle.terminate(None);
-                    }
-                }
-                static_waiting.retain(|uid| desired.contains_key(uid));
-                for (uid, pod) in desired {
-                    if workers.contains_key(&uid) {
-                        continue;
-                    }
-                    // One static pod per full name at a time, as upstream:
-                    // an edited manifest's pod (a new UID) starts once the
-                    // old one has stopped, whose host ports and files it
-                    // may want.
-                    let name = pod.full_name();
-                    if let Some(old) = workers
-                        .iter()
-                        .find(|(_, h)| !h.from_api && h.pod.full_name() == name)
-                    {
-                        if static_waiting.insert(uid.clone()) {
-                            log::info!(
-                                "pod {name} ({uid}) waits for its previous instance ({}) to stop",
-                                old.0
-                            );
-                        }
-                        continue;
-                    }
-                    static_waiting.remove(&uid);
-                    spawn_worker(pod, Timestamp::now(), &mut workers);
+                for command in manager.static_pods(desired, Timestamp::now()) {
+                    carry_out(command, &mut workers);
                 }
             }
         }
@@ -492,142 +465,26 @@ pub async fn run(
         // Until its first list, the API server says nothing about which
         // pods should not run.
         capacity.extended = node_view.extended.clone();
-        let sorted = api_pods.as_ref().and_then(|reflector| {
+        if let Some(reflector) = &api_pods {
             let snapshot = reflector.snapshot();
-            snapshot.synced.then(|| {
-                api_source::sort(&snapshot.objects, &node_view, |uid| {
-                    workers.contains_key(uid)
-                })
-            })
-        });
-        if let (Some(sorted), Some(status)) = (sorted, &ctx.status_manager) {
-            for (uid, handle) in workers.iter_mut() {
-                if !handle.from_api {
-                    continue;
-                }
-                if let Some((_, grace)) = sorted.deleting.get(uid) {
-                    handle.terminate(*grace);
-                } else if let Some(why) = sorted.kept.get(uid) {
-                    if kept_reported.insert(uid.clone()) {
-                        log::warn!(
-                            "pod {}: its update is ignored: {why}",
-                            handle.pod.full_name()
-                        );
-                    }
-                } else if !sorted.run.contains_key(uid) {
-                    handle.terminate(None);
-                }
-            }
-            // Changes to pods that run: new images, labels, annotations,
-            // resources (an in-place resize, if the node has room for it).
-            let changed: Vec<String> = workers
-                .iter()
-                .filter(|(uid, h)| {
-                    h.from_api
-                        && !h.terminating
-                        && sorted.run.get(*uid).is_some_and(|p| pod_changed(&h.pod, p))
-                })
-                .map(|(uid, _)| uid.clone())
-                .collect();
-            for uid in changed {
-                let (Some(pod), Some(handle)) = (sorted.run.get(&uid), workers.get(&uid)) else {
-                    continue;
-                };
-                let verdict = resized(&handle.pod, pod)
-                    .then(|| {
-                        let mut others = admission::Used::default();
-                        for (_, h) in workers.iter().filter(|(u, h)| **u != uid && !h.terminating) {
-                            others.add(&h.pod);
-                        }
-                        admission::resize_verdict(pod, &capacity, &others)
-                    })
-                    .flatten();
-                let Some(handle) = workers.get_mut(&uid) else {
-                    continue;
-                };
-                // A resize that waits is tried again at each pass: the
-                // pod the worker has stays the old one meanwhile.
-                if verdict != handle.resize_pending {
-                    handle.resize_pending = verdict.clone();
-                    let _ = handle
-                        .control
-                        .try_send(Control::ResizePending(verdict.clone()));
-                }
-                if verdict.is_none() {
-                    handle.requests = admission::requests(pod);
-                    handle.pod = pod.clone();
-                    let _ = handle
-                        .control
-                        .try_send(Control::Update(Box::new(pod.clone())));
-                }
-            }
-            // New pods in creation order, each admitted if it fits in what
-            // the running ones leave.
-            let mut used = admission::Used::default();
-            for handle in workers.values().filter(|h| !h.terminating) {
-                used.add(&handle.pod);
-            }
-            let mut new: Vec<Pod> = sorted
-                .run
-                .into_values()
-                .filter(|p| !workers.contains_key(&p.uid) && !rejected_reported.contains(&p.uid))
-                .collect();
-            new.sort_by_key(|p| p.manifest.metadata.creation_timestamp.clone().map(|t| t.0));
-            for pod in new {
-                let under_pressure = eviction::admit(
+            if snapshot.synced {
+                let sorted =
+                    api_source::sort(&snapshot.objects, &node_view, |uid| manager.runs(uid));
+                let commands = manager.api_pods(
+                    sorted,
+                    |uid| snapshot.objects.contains_key(uid),
+                    &capacity,
                     ctx.eviction.pressure(),
-                    pod.qos,
-                    eviction::is_critical(&pod),
-                    tolerates_memory_pressure(&pod),
-                )
-                .map_err(|message| ("Evicted".to_owned(), message));
-                match under_pressure.and_then(|()| admission::admit(&pod, &capacity, &mut used)) {
-                    Ok(()) => spawn_worker(pod, Timestamp::now(), &mut workers),
-                    Err((reason, message)) => {
-                        if rejected_reported.insert(pod.uid.clone()) {
-                            log::warn!("pod {} rejected: {message}", pod.full_name());
-                            let failed = api_source::rejected_status(&reason, &message);
-                            status.set(&pod.uid, &pod.namespace, &pod.name, failed, false);
-                        }
-                    }
-                }
-            }
-            // A pod being deleted that nothing runs any more: the
-            // kubelet's final delete.
-            delete_requested.retain(|uid| sorted.deleting.contains_key(uid));
-            if let Some(reflector) = &api_pods {
-                let snapshot = reflector.snapshot();
-                rejected_reported.retain(|uid| snapshot.objects.contains_key(uid));
-                kept_reported.retain(|uid| snapshot.objects.contains_key(uid));
-            }
-            for (uid, (pod, _)) in &sorted.deleting {
-                if !workers.contains_key(uid) && delete_requested.insert(uid.clone()) {
-                    status.delete(uid, &pod.namespace, &pod.name);
-                }
-            }
-            for (pod, reason, message) in &sorted.rejected {
-                if rejected_reported.insert(pod.uid.clone()) {
-                    log::warn!("pod {}/{} rejected: {message}", pod.namespace, pod.name);
-                    let failed = api_source::rejected_status(reason, message);
-                    status.set(&pod.uid, &pod.namespace, &pod.name, failed, false);
+                    Timestamp::now(),
+                );
+                for command in commands {
+                    carry_out(command, &mut workers);
                 }
             }
         }
 
         // What the eviction manager may pick from: pods not on their way out.
-        *candidates.borrow_mut() = workers
-            .iter()
-            .filter(|(_, h)| !h.terminating)
-            .map(|(uid, h)| eviction::Candidate {
-                uid: uid.clone(),
-                name: h.pod.full_name(),
-                qos: h.pod.qos,
-                priority: h.pod.priority(),
-                memory_request: h.requests.1,
-                grace: h.pod.termination_grace,
-                critical: eviction::is_critical(&h.pod),
-            })
-            .collect();
+        *candidates.borrow_mut() = manager.candidates();
 
         enum Event {
             Changed,
@@ -672,11 +529,7 @@ pub async fn run(
             }
         };
         // The Burstable class's weight follows its pods' CPU requests.
-        let burstable_cpu: u64 = workers
-            .values()
-            .filter(|w| w.pod.qos == crate::pod::QosClass::Burstable)
-            .map(|w| w.requests.0)
-            .sum();
+        let burstable_cpu = manager.burstable_cpu();
         if qos_written != Some(burstable_cpu) {
             match ctx.cgroups.update_qos(burstable_cpu) {
                 Ok(()) => qos_written = Some(burstable_cpu),
@@ -701,6 +554,7 @@ pub async fn run(
             }
             Event::Done(uid) => {
                 workers.remove(&uid);
+                manager.finished(&uid);
                 ctx.images.wake_gc();
                 if let Some(status) = &ctx.status_manager {
                     status.finished(&uid);
@@ -712,20 +566,17 @@ pub async fn run(
                 let (mut by_pod, orphans) =
                     relist::assign(listed, &ctx.layout.pods(), |uid| workers.contains_key(uid));
                 // Every pod: one whose containers are all gone hears it too.
-                for (uid, handle) in &workers {
+                for (uid, worker) in &workers {
                     let states = by_pod.remove(uid).unwrap_or_default();
-                    let _ = handle.control.try_send(Control::Relisted(states));
+                    let _ = worker.control.try_send(Control::Relisted(states));
                 }
                 if !orphans.is_empty() {
                     crate::rt::spawn(relist::remove_orphans(ctx.clone(), orphans)).detach();
                 }
             }
             Event::Evict(order) => {
-                if let Some(handle) = workers.get(&order.uid) {
-                    let _ = handle.control.try_send(Control::Evict {
-                        message: order.message,
-                        grace: order.grace,
-                    });
+                if let Some(command) = manager.evict(order) {
+                    carry_out(command, &mut workers);
                 }
             }
             Event::Signal => {
@@ -735,29 +586,6 @@ pub async fn run(
             }
         }
     }
-}
-
-/// Whether a pod tolerates the memory-pressure taint (NoSchedule), which
-/// lets a BestEffort pod in under memory pressure, as upstream.
-fn tolerates_memory_pressure(pod: &Pod) -> bool {
-    let tolerations = pod
-        .manifest
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_ref());
-    tolerations.into_iter().flatten().any(|t| {
-        let key_matches = match t.key.as_deref() {
-            None | Some("") => t.operator.as_deref() == Some("Exists"),
-            Some(key) => key == "node.kubernetes.io/memory-pressure",
-        };
-        let effect_matches = t
-            .effect
-            .as_deref()
-            .is_none_or(|e| e.is_empty() || e == "NoSchedule");
-        let value_matches =
-            t.operator.as_deref() == Some("Exists") || t.value.as_deref().unwrap_or("").is_empty();
-        key_matches && effect_matches && value_matches
-    })
 }
 
 /// Upstream's image GC period.
@@ -829,17 +657,6 @@ pub(crate) fn resized(old: &Pod, new: &Pod) -> bool {
             .collect()
     };
     amounts(old) != amounts(new)
-}
-
-/// Whether an API pod changed in a way its worker must act on: its spec
-/// (images, resources, ephemeral containers) or the labels and
-/// annotations the downward API shows.
-fn pod_changed(old: &Pod, new: &Pod) -> bool {
-    old.manifest.spec != new.manifest.spec
-        || old.manifest.metadata.labels != new.manifest.metadata.labels
-        || old.manifest.metadata.annotations != new.manifest.metadata.annotations
-        || crate::pod::status::readiness_gate_conditions(old)
-            != crate::pod::status::readiness_gate_conditions(new)
 }
 
 /// Logs newly rejected manifests once and writes the list for `nanolet
