@@ -3900,3 +3900,65 @@ spec:
         agent.runtime_containers()
     );
 }
+
+/// A pod whose cleanup could not finish (here its containers, monitor,
+/// mounts and dir removed by hand while the agent was down) leaves its
+/// pause process and its cgroups: nothing names them but their pod's UID.
+/// The relist removes them once it finds the pod's dir gone.
+#[test]
+fn the_relist_removes_a_pause_and_cgroups_whose_pod_is_gone() {
+    let registry = Registry::start();
+    let image = busybox(&registry);
+    let mut agent = Agent::start(&registry);
+    agent.write_manifest(
+        "shared.yaml",
+        &pod_yaml(
+            "shared",
+            "  shareProcessNamespace: true\n  terminationGracePeriodSeconds: 1\n",
+            &sleeping(&image),
+        ),
+    );
+    let record = agent.wait_running("shared");
+    let uid = record["uid"].as_str().unwrap().to_owned();
+    let pod_dir = agent.pod_dir(&record);
+    let read_pid = |file: &str| -> u32 {
+        fs::read_to_string(pod_dir.join(file))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (pause, monitor) = (read_pid("ns/pid.pause"), read_pid("monitor.pid"));
+    agent.kill9();
+    agent.remove_manifest("shared.yaml");
+    for c in agent.runtime_containers() {
+        common::run(
+            std::process::Command::new(common::runtime())
+                .arg("--root")
+                .arg(agent.state.join("runtime"))
+                .args(["delete", "--force", c["id"].as_str().unwrap()]),
+        );
+    }
+    common::run(std::process::Command::new("kill").args(["-9", &monitor.to_string()]));
+    for mount in common::mounts_under(&pod_dir) {
+        common::run(std::process::Command::new("umount").arg("-l").arg(&mount));
+    }
+    fs::remove_dir_all(&pod_dir).unwrap();
+    let alive = |pid: u32| {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        !stat.is_empty() && !stat.contains(") Z ")
+    };
+    let cgroups = format!("kubepods/besteffort/pod{uid}");
+    assert!(alive(pause));
+    assert!(!agent.cgroup_dirs(&cgroups).is_empty());
+    agent.spawn();
+    // The relist's first pass comes 20 s after the start.
+    let after_relist = Duration::from_secs(60);
+    agent.wait_for("the pause gone", after_relist, |_| {
+        (!alive(pause)).then_some(())
+    });
+    agent.wait_for("the pod's cgroups gone", after_relist, |a| {
+        a.cgroup_dirs(&cgroups).is_empty().then_some(())
+    });
+    assert!(agent.log().contains("which no pod owns"), "{}", agent.log());
+}

@@ -570,9 +570,14 @@ pub async fn run(
                     let states = by_pod.remove(uid).unwrap_or_default();
                     let _ = worker.control.try_send(Control::Relisted(states));
                 }
-                if !orphans.is_empty() {
-                    crate::rt::spawn(relist::remove_orphans(ctx.clone(), orphans)).detach();
-                }
+                // Containers first: what the sweep kills in pods' cgroups
+                // would leave them in the runtime's state.
+                let ctx = ctx.clone();
+                crate::rt::spawn(async move {
+                    relist::remove_orphans(ctx.clone(), orphans).await;
+                    relist::remove_leftovers(ctx).await;
+                })
+                .detach();
             }
             Event::Evict(order) => {
                 if let Some(command) = manager.evict(order) {

@@ -4,9 +4,12 @@
 //! states of its own containers and heals its records (a recorded instance
 //! the runtime no longer runs gets an exit; one left `created` by an agent
 //! killed mid-create is deleted and started again); a container whose pod
-//! no worker owns (its dir removed, its cleanup failed) is removed. A list
-//! that fails says nothing: it is "unknown, try again", never "nothing
-//! runs". Cost: one `runc list` (a fork and exec, no pod touched) a minute.
+//! no worker owns (its dir removed, its cleanup failed) is removed, and so
+//! are a monitor, a pause or a pod cgroup whose pod dir is gone (`sweep`).
+//! A list that fails says nothing: it is "unknown, try again", never
+//! "nothing runs". Cost: one `runc list` (a fork and exec, no pod touched)
+//! a minute, and a read of each process's command line and of the QoS
+//! cgroup dirs, on a helper thread.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -106,6 +109,86 @@ pub async fn remove_orphans(ctx: Rc<Context>, orphans: Vec<Orphan>) {
     }
 }
 
+/// Removes what no pod owns (see `sweep`), off the loop.
+pub async fn remove_leftovers(ctx: Rc<Context>) {
+    let (pods, cgroups) = (ctx.layout.pods(), ctx.cgroups.clone());
+    for what in crate::helpers::unblock(move || sweep(&pods, &cgroups)).await {
+        log::warn!("relist: removed {what}, which no pod owns");
+    }
+}
+
+/// What a pod's cleanup left when it could not finish (an agent killed in
+/// it, a pause that outlived a failed teardown): processes of the pod
+/// (its monitor, its pause) and its cgroups, once its dir is gone. A
+/// pod's cleanup removes them before its dir, so then nothing owns them.
+/// Found before the dirs are looked at: a pod with the same UID started
+/// since (a static pod's manifest written back) made its dir first.
+/// Blocking (it reads /proc and the cgroup trees): run off the loop.
+pub fn sweep(pods_dir: &Path, cgroups: &crate::cgroup::Hierarchy) -> Vec<String> {
+    let processes = pod_processes(pods_dir);
+    let pod_cgroups = cgroups.pod_cgroups();
+    let mut removed = Vec::new();
+    for (pid, uid) in processes {
+        if !pods_dir.join(&uid).exists() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            removed.push(format!("process {pid} of pod {uid}"));
+        }
+    }
+    for (qos, uid) in pod_cgroups {
+        if !pods_dir.join(&uid).exists() {
+            match cgroups.kill_and_remove_pod(qos, &uid) {
+                Ok(()) => removed.push(format!("the cgroup of pod {uid}")),
+                Err(e) => log::warn!("relist: the cgroup of pod {uid}: {e}"),
+            }
+        }
+    }
+    removed
+}
+
+/// The running processes that belong to a pod under `pods_dir`, with its
+/// UID, from their command lines.
+fn pod_processes(pods_dir: &Path) -> Vec<(i32, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let pods = pods_dir.to_string_lossy();
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let raw = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let line: String = String::from_utf8_lossy(&raw).replace('\0', " ");
+            Some((pid, pod_of_process(&line, &pods)?))
+        })
+        .collect()
+}
+
+/// The pod a process serves, from its command line (arguments joined by
+/// spaces): a monitor's title names its pod dir, a pause its pid file in
+/// it. A title cut short (it is written over the agent's own, shorter,
+/// arguments) names no whole UID and so no pod.
+fn pod_of_process(line: &str, pods_dir: &str) -> Option<String> {
+    let rest = [
+        format!("nanolet monitor --pod-dir {pods_dir}/"),
+        format!(" pause {pods_dir}/"),
+    ]
+    .iter()
+    .find_map(|prefix| {
+        line.find(prefix.as_str())
+            .map(|at| &line[at + prefix.len()..])
+    })?;
+    let uid = rest.split(['/', ' ']).next()?;
+    let whole = uid.len() == 36
+        && uid.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    whole.then(|| uid.to_owned())
+}
+
 /// What a recorded, unfinished instance needs, by the runtime's word on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -129,6 +212,34 @@ pub fn verdict(state: Option<&State>) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_names_its_pod_only_by_a_whole_uid() {
+        let uid = "5ecb0649-706a-00c1-4367-578de1a28353";
+        let pods = "/var/lib/nanolet/pods";
+        assert_eq!(
+            pod_of_process(&format!("nanolet monitor --pod-dir {pods}/{uid}"), pods).as_deref(),
+            Some(uid)
+        );
+        assert_eq!(
+            pod_of_process(
+                &format!("/usr/bin/nanolet pause {pods}/{uid}/ns/pid.pause "),
+                pods
+            )
+            .as_deref(),
+            Some(uid)
+        );
+        // Cut short, another agent's, or not a pod's at all.
+        for line in [
+            format!("nanolet monitor --pod-dir {pods}/{}", &uid[..20]),
+            format!("nanolet monitor --pod-dir /elsewhere/pods/{uid}"),
+            format!("nanolet run --state-dir {pods}/{uid}"),
+            format!("sleep 3600 {pods}/{uid}"),
+            format!("nanolet pause {pods}/../{uid}/ns/pid.pause"),
+        ] {
+            assert_eq!(pod_of_process(&line, pods), None, "{line}");
+        }
+    }
 
     fn state(id: &str, status: &str, bundle: &str) -> State {
         State {

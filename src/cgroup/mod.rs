@@ -167,6 +167,76 @@ impl Hierarchy {
     }
 }
 
+impl Hierarchy {
+    /// The pods with a cgroup, in any QoS class and mounted hierarchy.
+    pub fn pod_cgroups(&self) -> Vec<(QosClass, String)> {
+        let mut found = Vec::new();
+        for mount in cgroup_mounts() {
+            for qos in [
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort,
+            ] {
+                let class = mount.join(self.qos_path(qos).trim_start_matches('/'));
+                let Ok(entries) = fs::read_dir(&class) else {
+                    continue;
+                };
+                for entry in entries.flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if let Some(uid) = name.strip_prefix("pod")
+                        && entry.file_type().is_ok_and(|t| t.is_dir())
+                        && !found.iter().any(|(q, u)| *q == qos && u == uid)
+                    {
+                        found.push((qos, uid.to_owned()));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// Kills what is left in a pod's cgroups (a pause nothing names any
+    /// more, a process a container left behind), then removes them. For
+    /// pods nothing owns; it waits for the killed to exit, off the loop.
+    pub fn kill_and_remove_pod(&self, qos: QosClass, uid: &str) -> Result<(), CgroupError> {
+        let path = self.pod_path(qos, uid);
+        for mount in cgroup_mounts() {
+            kill_tree(&mount.join(path.trim_start_matches('/')));
+        }
+        let mut tries = 0;
+        loop {
+            match self.remove_pod(qos, uid) {
+                Ok(()) => return Ok(()),
+                Err(e) if tries == 30 => return Err(e),
+                Err(_) => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        }
+    }
+}
+
+/// SIGKILL to every process in a cgroup tree.
+fn kill_tree(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            kill_tree(&entry.path());
+        }
+    }
+}
+
 /// The pod cgroup's limits, as upstream's ResourceConfigForPod: weight
 /// from the CPU requests, quota and memory only if every container has a
 /// limit, and the node's podPidsLimit.
