@@ -4,7 +4,6 @@
 //! 127.0.0.1 through a socket made inside its network namespace.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -372,27 +371,16 @@ async fn connect(
 /// namespace they were made in; the thread then ends), connected on the loop.
 async fn connect_inside(netns: &Path, addr: SocketAddr) -> std::io::Result<Async<TcpStream>> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrStorage, socket};
-    let file = std::fs::File::open(netns)?;
-    let (tx, rx) = smol::channel::bounded(1);
-    std::thread::Builder::new()
-        .name("nanolet-probe".into())
-        .spawn(move || {
-            let made = nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-                .and_then(|()| {
-                    socket(
-                        AddressFamily::Inet,
-                        SockType::Stream,
-                        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-                        None,
-                    )
-                });
-            let _ = tx.send_blocking(made);
-        })?;
-    let fd = rx
-        .recv()
-        .await
-        .map_err(|_| std::io::Error::other("probe thread died"))?
-        .map_err(std::io::Error::from)?;
+    let fd = crate::runtime::netns::in_network(Some(netns), "nanolet-probe", || {
+        socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        )
+        .map_err(std::io::Error::from)
+    })
+    .await?;
     match nix::sys::socket::connect(
         std::os::fd::AsRawFd::as_raw_fd(&fd),
         &SockaddrStorage::from(addr),

@@ -8,6 +8,7 @@ pub mod bundle_setup;
 pub mod cni;
 pub mod disk_usage;
 pub mod monitor_client;
+pub mod netns;
 pub mod oom_score;
 pub mod pause;
 pub mod protocol;

@@ -540,16 +540,11 @@ async fn make_namespaces(
     hostname: String,
     kinds: Vec<&'static str>,
 ) -> Result<(), SandboxError> {
-    let (tx, rx) = smol::channel::bounded(1);
-    std::thread::Builder::new()
-        .name("nanolet-netns".into())
-        .spawn(move || {
-            let _ = tx.send_blocking(namespaces_on_this_thread(&ns_dir, &hostname, &kinds));
-        })
-        .map_err(|e| SandboxError::Namespace(e.to_string()))?;
-    rx.recv()
-        .await
-        .map_err(|_| SandboxError::Namespace("namespace thread died".into()))?
+    super::netns::on_own_thread("nanolet-netns", move || {
+        namespaces_on_this_thread(&ns_dir, &hostname, &kinds)
+    })
+    .await
+    .map_err(|e| SandboxError::Namespace(e.to_string()))?
 }
 
 fn namespaces_on_this_thread(

@@ -489,27 +489,14 @@ async fn join(tcp: Async<TcpStream>, from_client: Receiver<Bytes>, to_client: To
 /// host's without one). setns(2) moves the calling thread: a thread of its
 /// own, which ends after; the socket stays in the namespace it was made in.
 async fn connect(netns: Option<PathBuf>, port: u16) -> std::io::Result<Async<TcpStream>> {
-    let (tx, rx) = smol::channel::bounded(1);
-    std::thread::Builder::new()
-        .name("nanolet-portfwd".into())
-        .spawn(move || {
-            let connected = (|| {
-                if let Some(netns) = &netns {
-                    let file = std::fs::File::open(netns)?;
-                    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)?;
-                }
-                let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-                TcpStream::connect_timeout(&v4, CONNECT_TIMEOUT).or_else(|e| {
-                    let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, port));
-                    TcpStream::connect_timeout(&v6, CONNECT_TIMEOUT).map_err(|_| e)
-                })
-            })();
-            let _ = tx.send_blocking(connected);
-        })?;
-    let tcp = rx
-        .recv()
-        .await
-        .map_err(|_| std::io::Error::other("the connecting thread died"))??;
+    let tcp = crate::runtime::netns::in_network(netns.as_deref(), "nanolet-portfwd", move || {
+        let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        TcpStream::connect_timeout(&v4, CONNECT_TIMEOUT).or_else(|e| {
+            let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, port));
+            TcpStream::connect_timeout(&v6, CONNECT_TIMEOUT).map_err(|_| e)
+        })
+    })
+    .await?;
     Async::new(tcp)
 }
 
