@@ -494,7 +494,8 @@ async fn act_on(ctx: &Context, crossed: &Crossed, candidates: &[Candidate]) -> O
     let mut crossed = crossed.clone();
     let measured = if condition(signal) == Condition::Disk {
         let pods = ctx.layout.pods();
-        let in_use = crate::helpers::unblock(move || super::checkpoint::images_in_use(&pods)).await;
+        let in_use =
+            crate::helpers::unblock(move || crate::state::records::images_in_use(&pods)).await;
         match ctx.images.delete_unused(&in_use).await {
             Ok(deleted) if !deleted.is_empty() => {
                 log::info!(

@@ -4,7 +4,6 @@
 
 pub mod admission;
 pub mod api_source;
-pub mod checkpoint;
 pub mod events;
 pub mod eviction;
 pub mod grpc_health;
@@ -27,7 +26,6 @@ use futures_lite::{FutureExt, StreamExt};
 use jiff::Timestamp;
 use smol::channel::Sender;
 
-use self::checkpoint::Rejected;
 use self::pod_manager::{Command, PodManager};
 use self::sources::ManifestSource;
 use self::status::StatusManager;
@@ -45,6 +43,7 @@ use crate::pod::Pod;
 use crate::runtime::cni::Cni;
 use crate::runtime::monitor_client::MonitorSettings;
 use crate::runtime::runc::Runtime;
+use crate::state::records::{self, Rejected};
 use crate::state::{self, Layout, StateError};
 
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +93,17 @@ pub struct Context {
 struct WorkerLink {
     control: Sender<Control>,
     _task: smol::Task<()>,
+}
+
+/// What the kubelet API server is given of the agent.
+fn server_deps(ctx: &Context) -> Rc<crate::server::Deps> {
+    Rc::new(crate::server::Deps {
+        config: ctx.config.clone(),
+        layout: ctx.layout.clone(),
+        cgroups: ctx.cgroups.clone(),
+        host_ip: ctx.host_ip,
+        runtime: ctx.runtime.clone(),
+    })
 }
 
 /// `Pod::source` of pods from the API server (static pods carry their
@@ -272,7 +282,7 @@ pub async fn run(
         }
     }
     if ctx.config.read_only_port != 0 {
-        match crate::server::bind_read_only(ctx.clone()) {
+        match crate::server::bind_read_only(server_deps(&ctx)) {
             Ok(serving) => crate::rt::spawn(serving).detach(),
             Err(e) => log::error!("read-only port: {e}"),
         }
@@ -356,7 +366,7 @@ pub async fn run(
             api.clone(),
             &ctx.config.node_name,
         );
-        let server = crate::server::bind(ctx.clone(), Rc::new(authority))
+        let server = crate::server::bind(server_deps(&ctx), Rc::new(authority))
             .map_err(|e| AgentError::Setup(format!("kubelet API: {e}")))?;
         crate::rt::spawn(server).detach();
         crate::rt::spawn(node::run(ctx.clone(), api, facts)).detach();
@@ -601,7 +611,7 @@ const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 async fn collect_images(ctx: Rc<Context>) {
     loop {
         let pods = ctx.layout.pods();
-        let in_use = crate::helpers::unblock(move || checkpoint::images_in_use(&pods)).await;
+        let in_use = crate::helpers::unblock(move || records::images_in_use(&pods)).await;
         match ctx.images.collect_garbage(&in_use).await {
             Ok(report) => {
                 crate::stats::own::image_gc_ran(report.deleted.len());
@@ -709,7 +719,7 @@ async fn adopt_checkpoints(ctx: &Rc<Context>) -> Vec<(Pod, Timestamp)> {
     for entry in entries.flatten() {
         let dir = entry.path();
         let uid = entry.file_name().to_string_lossy().into_owned();
-        let checkpoint = checkpoint::read_checkpoint(&dir).ok().flatten();
+        let checkpoint = records::read_checkpoint(&dir).ok().flatten();
         let pod = checkpoint.as_ref().and_then(|c| {
             let value = serde_json::to_value(&c.manifest).ok()?;
             crate::pod::validate(&value, &c.source, &c.uid)
@@ -723,7 +733,7 @@ async fn adopt_checkpoints(ctx: &Rc<Context>) -> Vec<(Pod, Timestamp)> {
                     "pod dir {} has no usable checkpoint; removing it",
                     dir.display()
                 );
-                let log_dir = checkpoint::read_record(&dir)
+                let log_dir = records::read_record(&dir)
                     .ok()
                     .flatten()
                     .map(|r| r.log_dir)

@@ -11,9 +11,9 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use smol::Async;
 
 use super::admission::{self, NodeView};
-use super::checkpoint::Rejected;
 use crate::pod::Pod;
 use crate::pod::manifest::{self, Document};
+use crate::state::records::Rejected;
 
 /// Everything the directory says, as of one scan.
 #[derive(Debug, Default)]

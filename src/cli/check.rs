@@ -23,7 +23,7 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
         )
     };
     let runtime = &config.runtime_path;
-    match crate::agent::node::runtime_problem(runtime) {
+    match crate::runtime::runc::runtime_problem(runtime) {
         None => {
             let version = std::process::Command::new(runtime)
                 .arg("--version")

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{CliError, pod_records};
-use crate::agent::checkpoint::PodRecord;
 use crate::monitor::log::parse_record;
 use crate::state::Layout;
+use crate::state::records::PodRecord;
 
 #[derive(Debug, Default, Clone)]
 pub struct LogsArgs {
@@ -75,7 +75,7 @@ fn container_running(
     restart_count: u32,
     instance_only: bool,
 ) -> bool {
-    let Ok(Some(now)) = crate::agent::checkpoint::read_record(&layout.pod(&record.uid)) else {
+    let Ok(Some(now)) = crate::state::records::read_record(&layout.pod(&record.uid)) else {
         return false;
     };
     if now.terminating {

@@ -11,8 +11,8 @@ use std::path::Path;
 
 use jiff::Timestamp;
 
-use crate::agent::checkpoint::{self, PodRecord, Rejected};
 use crate::pod::status::summary;
+use crate::state::records::{self, PodRecord, Rejected};
 use crate::state::{self, Layout};
 
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +47,7 @@ pub fn pod_records(layout: &Layout) -> Result<Vec<PodRecord>, CliError> {
         Err(source) => return Err(CliError::Io { path: pods, source }),
     };
     for entry in entries.flatten() {
-        if let Some(record) = checkpoint::read_record(&entry.path())? {
+        if let Some(record) = records::read_record(&entry.path())? {
             records.push(record);
         }
     }

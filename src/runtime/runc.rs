@@ -361,3 +361,40 @@ impl Runtime {
             .to_owned())
     }
 }
+
+/// Why the OCI runtime cannot run containers, if it cannot: its binary is
+/// gone or not executable (removed by an upgrade, a full disk, ...). A cheap
+/// check, run with every status update rather than spawning the runtime.
+pub fn runtime_problem(runtime: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let found = if runtime.components().count() > 1 {
+        Some(runtime.to_owned())
+    } else {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(runtime))
+                .find(|p| p.is_file())
+        })
+    };
+    let Some(path) = found else {
+        return Some(format!("{} not found in PATH", runtime.display()));
+    };
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => None,
+        Ok(_) => Some(format!("{} is not an executable file", path.display())),
+        Err(e) => Some(format!("{}: {e}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_runtime_is_a_problem() {
+        assert_eq!(runtime_problem(std::path::Path::new("sh")), None);
+        assert!(runtime_problem(std::path::Path::new("/nonexistent/runc")).is_some());
+        let missing = runtime_problem(std::path::Path::new("no-such-runtime-xyz")).unwrap();
+        assert!(missing.contains("not found in PATH"), "{missing}");
+    }
+}

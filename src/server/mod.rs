@@ -39,9 +39,20 @@ use hyper::body::{Frame, Incoming};
 use smol::Async;
 
 use self::auth::{Attributes, Authority, PeerCertificate, Refusal, UserInfo};
-use crate::agent::Context;
 use crate::cli::CliError;
 use crate::cli::logs::LogsArgs;
+
+/// What the kubelet API server needs of the agent: its configuration, the
+/// state dir's layout (pods' records and logs, images, the runtime's
+/// root), the cgroups (for stats), the node's address and the runtime.
+pub struct Deps {
+    pub config: crate::config::Config,
+    pub layout: crate::state::Layout,
+    pub cgroups: crate::cgroup::Hierarchy,
+    pub host_ip: Option<std::net::IpAddr>,
+    /// For exec and attach.
+    pub runtime: crate::runtime::runc::Runtime,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -82,7 +93,7 @@ fn text(status: StatusCode, message: &str) -> Response<Body> {
 /// The server's TLS settings, and the client CA that certificates are
 /// checked against after the handshake.
 fn tls_config(
-    ctx: &Context,
+    ctx: &Deps,
 ) -> Result<(Arc<ServerConfig>, Option<Arc<client_ca::ClientCa>>), ServerError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let serving = serving_cert::ServingCert::for_node(ctx, provider.clone())?;
@@ -104,7 +115,7 @@ fn tls_config(
 
 /// Binds the kubelet API; the returned future serves it forever.
 pub fn bind(
-    ctx: Rc<Context>,
+    ctx: Rc<Deps>,
     authority: Rc<Authority>,
 ) -> Result<impl Future<Output = ()>, ServerError> {
     let addr = SocketAddr::new(ctx.config.address, ctx.config.port);
@@ -209,7 +220,7 @@ pub fn bind_healthz(addr: SocketAddr) -> Result<impl Future<Output = ()>, Server
 /// kubelet API's reading endpoints over plain HTTP, with no authentication,
 /// as upstream serves them; what a standalone node's Prometheus scrapes.
 /// Logs, exec, attach and port-forward are not among them.
-pub fn bind_read_only(ctx: Rc<Context>) -> Result<impl Future<Output = ()>, ServerError> {
+pub fn bind_read_only(ctx: Rc<Deps>) -> Result<impl Future<Output = ()>, ServerError> {
     let addr = SocketAddr::new(ctx.config.address, ctx.config.read_only_port);
     let serving = plain_http(addr, move |req: Request<Incoming>| {
         let ctx = ctx.clone();
@@ -352,7 +363,7 @@ fn refused(refusal: &Refusal) -> Response<Body> {
     text(status, &refusal.to_string())
 }
 
-async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
+async fn handle(ctx: &Rc<Deps>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match (req.method(), segments.as_slice()) {
@@ -417,11 +428,11 @@ async fn handle(ctx: &Rc<Context>, req: Request<Incoming>) -> Response<Body> {
 /// terminating), read off the loop. 404 as upstream words it: "pod does
 /// not exist", or "pod not found" when `uid` names another.
 async fn pod_record(
-    ctx: &Context,
+    ctx: &Deps,
     namespace: &str,
     pod: &str,
     uid: Option<&str>,
-) -> Result<crate::agent::checkpoint::PodRecord, upgrade::Refused> {
+) -> Result<crate::state::records::PodRecord, upgrade::Refused> {
     let layout = ctx.layout.clone();
     let records = crate::helpers::unblock(move || crate::cli::pod_records(&layout)).await;
     let record = records
@@ -440,13 +451,13 @@ async fn pod_record(
 }
 
 /// The pods this node runs, with their statuses, as a PodList.
-async fn pods(ctx: &Context) -> Response<Body> {
+async fn pods(ctx: &Deps) -> Response<Body> {
     let layout = ctx.layout.clone();
     let list = crate::helpers::unblock(move || {
         let mut items = Vec::new();
         for record in crate::cli::pod_records(&layout).unwrap_or_default() {
             let dir = layout.pod(&record.uid);
-            if let Ok(Some(checkpoint)) = crate::agent::checkpoint::read_checkpoint(&dir) {
+            if let Ok(Some(checkpoint)) = crate::state::records::read_checkpoint(&dir) {
                 let mut pod = checkpoint.manifest;
                 pod.status = Some(record.status);
                 items.push(pod);
@@ -459,7 +470,7 @@ async fn pods(ctx: &Context) -> Response<Body> {
 }
 
 /// `/metrics/resource`: read from the files now, off the loop.
-async fn resource_metrics(ctx: &Context) -> Response<Body> {
+async fn resource_metrics(ctx: &Deps) -> Response<Body> {
     let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
     let text = crate::helpers::unblock(move || {
         crate::stats::resource_metrics(&crate::stats::collect(&layout, &cgroups))
@@ -473,7 +484,7 @@ async fn resource_metrics(ctx: &Context) -> Response<Body> {
 }
 
 /// `/metrics/cadvisor`: read from the files now, off the loop.
-async fn cadvisor_metrics(ctx: &Context) -> Response<Body> {
+async fn cadvisor_metrics(ctx: &Deps) -> Response<Body> {
     let (layout, cgroups) = (ctx.layout.clone(), ctx.cgroups.clone());
     let text = crate::helpers::unblock(move || {
         use crate::cgroup::settings::{self, Settings};
@@ -519,7 +530,7 @@ async fn cadvisor_metrics(ctx: &Context) -> Response<Body> {
 }
 
 /// `/stats/summary`: read from the files now, off the loop.
-async fn stats_summary(ctx: &Context, only_cpu_and_memory: bool) -> Response<Body> {
+async fn stats_summary(ctx: &Deps, only_cpu_and_memory: bool) -> Response<Body> {
     let node = crate::stats::summary::NodeInfo {
         name: ctx.config.node_name.clone(),
         state_dir: ctx.layout.root.clone(),
@@ -640,7 +651,7 @@ fn log_options(
 }
 
 async fn container_logs(
-    ctx: &Context,
+    ctx: &Deps,
     namespace: &str,
     pod: &str,
     container: &str,

@@ -29,9 +29,9 @@ use hyper::body::Incoming;
 use smol::Async;
 use smol::channel::{Receiver, Sender};
 
+use super::Deps;
 use super::upgrade::{self, Refused, Transport};
 use super::{Body, spdy, websocket};
-use crate::agent::Context;
 
 const SPDY_PROTOCOLS: &[&str] = &["portforward.k8s.io"];
 
@@ -73,7 +73,7 @@ impl Target {
 }
 
 async fn find_target(
-    ctx: &Context,
+    ctx: &Deps,
     namespace: &str,
     pod: &str,
     uid: Option<&str>,
@@ -85,7 +85,7 @@ async fn find_target(
     // the node's loopback. An unreadable checkpoint counts as a pod
     // network. mountinfo grows with the pods: read off the loop.
     let network = crate::helpers::unblock(move || {
-        let host_network = crate::agent::checkpoint::read_checkpoint(&pod_dir)
+        let host_network = crate::state::records::read_checkpoint(&pod_dir)
             .ok()
             .flatten()
             .and_then(|c| c.manifest.spec)
@@ -139,7 +139,7 @@ pub(super) fn websocket_ports(query: &[(String, String)]) -> Result<Vec<u16>, St
 }
 
 pub async fn port_forward(
-    ctx: &Rc<Context>,
+    ctx: &Rc<Deps>,
     mut req: Request<Incoming>,
     (namespace, pod, uid): (&str, &str, Option<&str>),
 ) -> Response<Body> {

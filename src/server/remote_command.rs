@@ -14,9 +14,9 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use smol::channel::{Receiver, Sender};
 
+use super::Deps;
 use super::upgrade::{self, Negotiated, Refused, Transport};
 use super::{Body, spdy, text, websocket};
-use crate::agent::Context;
 use crate::runtime::attached_exec::ExecIo;
 
 /// Subprotocols per transport, preferred first. v5 adds the close signal,
@@ -69,7 +69,7 @@ fn exec_io(query: &[(String, String)]) -> ExecIo {
 
 /// Finds the running container `container` of pod `namespace/pod`.
 async fn find_target(
-    ctx: &Context,
+    ctx: &Deps,
     namespace: &str,
     pod: &str,
     uid: Option<&str>,
@@ -98,7 +98,7 @@ async fn find_target(
 /// Answers an exec request: checks it, switches protocols, and runs the
 /// command once the client's streams are there.
 pub async fn exec(
-    ctx: &Rc<Context>,
+    ctx: &Rc<Deps>,
     mut req: Request<Incoming>,
     (namespace, pod, uid, container): (&str, &str, Option<&str>, &str),
 ) -> Response<Body> {
@@ -149,7 +149,7 @@ pub async fn exec(
 /// it ends, and the client's input into its stdin or terminal, which its
 /// monitor holds. Input for a container that takes none is dropped.
 pub async fn attach(
-    ctx: &Rc<Context>,
+    ctx: &Rc<Deps>,
     mut req: Request<Incoming>,
     (namespace, pod, uid, container): (&str, &str, Option<&str>, &str),
 ) -> Response<Body> {
@@ -199,7 +199,7 @@ const RUN_OUTPUT: usize = 1 << 20;
 /// they hold; a command that fails or exits non-zero answers 500, in the
 /// words of upstream's ExecSync.
 pub async fn run_command(
-    ctx: &Rc<Context>,
+    ctx: &Rc<Deps>,
     req: Request<Incoming>,
     (namespace, pod, uid, container): (&str, &str, Option<&str>, &str),
 ) -> Response<Body> {
@@ -660,7 +660,7 @@ async fn first_size(resize: &Receiver<Bytes>) -> Option<(u16, u16)> {
     sizes(&first).last()
 }
 
-async fn run(ctx: &Context, target: Target, command: Vec<String>, io: ExecIo, client: Client) {
+async fn run(ctx: &Deps, target: Target, command: Vec<String>, io: ExecIo, client: Client) {
     let scratch = ctx.layout.pod(&target.uid);
     let name = format!("exec-{}", &crate::state::random_hex()[..12]);
     // kubectl sends its terminal's size first thing; the terminal starts

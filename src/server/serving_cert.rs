@@ -15,8 +15,8 @@ use futures_rustls::rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use super::Deps;
 use super::ServerError;
-use crate::agent::Context;
 
 /// How often a handshake looks at the files' modification times: two stat
 /// calls, at most this often.
@@ -69,7 +69,7 @@ fn read(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedK
 }
 
 impl ServingCert {
-    pub fn for_node(ctx: &Context, provider: Arc<CryptoProvider>) -> Result<Self, ServerError> {
+    pub fn for_node(ctx: &Deps, provider: Arc<CryptoProvider>) -> Result<Self, ServerError> {
         let config = &ctx.config;
         let (cert_path, key_path, reloads) =
             match (&config.tls_cert_file, &config.tls_private_key_file) {
@@ -126,7 +126,7 @@ impl ResolvesServerCert for ServingCert {
 }
 
 /// The self-signed pair under `<stateDir>/pki`, made the first time.
-fn self_signed(ctx: &Context) -> Result<(PathBuf, PathBuf), ServerError> {
+fn self_signed(ctx: &Deps) -> Result<(PathBuf, PathBuf), ServerError> {
     let dir = ctx.layout.root.join("pki");
     let cert = dir.join("kubelet.crt");
     let key = dir.join("kubelet.key");

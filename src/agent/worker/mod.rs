@@ -13,7 +13,6 @@ use jiff::Timestamp;
 use smol::channel::{Receiver, Sender};
 
 use super::Context;
-use super::checkpoint::{self, Checkpoint, ContainerRecord, PodRecord};
 use super::events::{EventType, Involved};
 use super::objects::Kind;
 use super::prober::{self, Outcome, ProbeTracker, Verdict};
@@ -30,6 +29,7 @@ use crate::runtime::monitor_client::{self, MonitorConnection, MonitorEvent};
 use crate::runtime::protocol::Exit;
 use crate::runtime::spec::PodPaths;
 use crate::runtime::{Bundle, sandbox};
+use crate::state::records::{self, Checkpoint, ContainerRecord, PodRecord};
 use k8s_openapi::api::core::v1 as core;
 
 mod ending;
@@ -193,7 +193,7 @@ impl Worker {
         control: Receiver<Control>,
     ) -> Worker {
         let dir = ctx.layout.pod(&pod.uid);
-        let saved = checkpoint::read_containers(&dir)
+        let saved = records::read_containers(&dir)
             .ok()
             .flatten()
             .unwrap_or_default();
@@ -206,7 +206,7 @@ impl Worker {
             Ok(text) => Stage::Ended(Ended::from_text(&text)),
             Err(_) => Stage::Syncing,
         };
-        let objects = checkpoint::read_objects(&dir)
+        let objects = records::read_objects(&dir)
             .ok()
             .flatten()
             .unwrap_or_default();
@@ -458,7 +458,7 @@ impl Worker {
     fn save_containers(&self) {
         let records: Vec<ContainerRecord> =
             self.containers.iter().map(|c| c.record.clone()).collect();
-        if let Err(e) = checkpoint::write_containers(&self.dir, &records) {
+        if let Err(e) = records::write_containers(&self.dir, &records) {
             log::error!("pod {}: {e}", self.pod.full_name());
         }
     }
@@ -511,7 +511,7 @@ impl Worker {
             log_dir: self.ctx.config.pod_logs_dir.join(self.pod.log_dir_name()),
             status: status.clone(),
         };
-        if let Err(e) = checkpoint::write_record(&self.dir, &record) {
+        if let Err(e) = records::write_record(&self.dir, &record) {
             log::error!("pod {}: {e}", self.pod.full_name());
         }
         if let Some(manager) = &self.ctx.status_manager {

@@ -289,8 +289,7 @@ impl Worker {
     /// Checkpoints the pod's objects, off the loop.
     pub(super) async fn save_objects(&self) {
         let (dir, saved) = (self.dir.clone(), self.objects.clone());
-        if let Err(e) =
-            crate::helpers::unblock(move || checkpoint::write_objects(&dir, &saved)).await
+        if let Err(e) = crate::helpers::unblock(move || records::write_objects(&dir, &saved)).await
         {
             log::error!("pod {}: {e}", self.pod.full_name());
         }

@@ -4,7 +4,7 @@ impl Worker {
     /// Writes the checkpoint: what must bring the pod back after a reboot.
     pub(super) async fn admit(&mut self) -> Result<(), crate::state::StateError> {
         crate::state::create_dir_all(&self.dir, 0o700)?;
-        if checkpoint::read_checkpoint(&self.dir)?.is_none() {
+        if records::read_checkpoint(&self.dir)?.is_none() {
             let dir = self.dir.clone();
             let checkpoint = Checkpoint {
                 uid: self.pod.uid.clone(),
@@ -13,8 +13,7 @@ impl Worker {
                 manifest: self.pod.manifest.clone(),
             };
             // It is fsynced, which can take long on SD cards: off the loop.
-            crate::helpers::unblock(move || checkpoint::write_checkpoint(&dir, &checkpoint))
-                .await?;
+            crate::helpers::unblock(move || records::write_checkpoint(&dir, &checkpoint)).await?;
             log::info!(
                 "pod {} admitted from {}",
                 self.pod.full_name(),

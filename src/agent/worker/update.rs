@@ -130,7 +130,7 @@ impl Worker {
         };
         let dir = self.dir.clone();
         if let Err(e) =
-            crate::helpers::unblock(move || checkpoint::write_checkpoint(&dir, &checkpoint)).await
+            crate::helpers::unblock(move || records::write_checkpoint(&dir, &checkpoint)).await
         {
             log::error!("pod {name}: {e}");
         }

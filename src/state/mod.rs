@@ -5,6 +5,8 @@
 //! directory), so a reader sees either the old or the new content, never a
 //! torn one.
 
+pub mod records;
+
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
