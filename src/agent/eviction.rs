@@ -209,7 +209,6 @@ pub fn is_critical(pod: &crate::pod::Pod) -> bool {
 pub struct Candidate {
     pub uid: String,
     pub name: String,
-    pub qos: QosClass,
     pub priority: i32,
     pub memory_request: u64,
     pub grace: Duration,
@@ -649,11 +648,10 @@ mod tests {
         assert!(m.observe(&memory(120), t0).is_empty());
     }
 
-    fn candidate(uid: &str, qos: QosClass, priority: i32, request: u64) -> Candidate {
+    fn candidate(uid: &str, priority: i32, request: u64) -> Candidate {
         Candidate {
             uid: uid.into(),
             name: uid.into(),
-            qos,
             priority,
             memory_request: request,
             grace: Duration::from_secs(30),
@@ -664,13 +662,13 @@ mod tests {
     #[test]
     fn memory_ranking_puts_use_over_request_then_priority_then_excess_first() {
         let pods = vec![
-            candidate("guaranteed-big", QosClass::Guaranteed, 0, 500),
-            candidate("burstable-over", QosClass::Burstable, 0, 100),
-            candidate("besteffort-small", QosClass::BestEffort, 0, 0),
-            candidate("besteffort-important", QosClass::BestEffort, 1000, 0),
+            candidate("guaranteed-big", 0, 500),
+            candidate("burstable-over", 0, 100),
+            candidate("besteffort-small", 0, 0),
+            candidate("besteffort-important", 1000, 0),
             Candidate {
                 critical: true,
-                ..candidate("critical-hog", QosClass::BestEffort, 0, 0)
+                ..candidate("critical-hog", 0, 0)
             },
         ];
         let use_of = |pairs: &[(&str, u64)]| {
@@ -717,10 +715,7 @@ mod tests {
 
     #[test]
     fn disk_ranking_counts_inodes_for_an_inode_signal() {
-        let pods = vec![
-            candidate("big-file", QosClass::BestEffort, 0, 0),
-            candidate("many-files", QosClass::BestEffort, 0, 0),
-        ];
+        let pods = vec![candidate("big-file", 0, 0), candidate("many-files", 0, 0)];
         let usage: HashMap<String, PodUsage> =
             [("big-file", 100 << 20, 3), ("many-files", 4 << 20, 1000)]
                 .into_iter()

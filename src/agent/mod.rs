@@ -2,21 +2,21 @@
 //! worker per pod, tells workers of pods that went away to terminate, and
 //! adopts what a previous run of the agent left.
 
-pub mod admission;
-pub mod api_source;
-pub mod events;
-pub mod eviction;
-pub mod grpc_health;
-pub mod memory_pressure;
-pub mod mirror;
-pub mod node;
-pub mod objects;
+pub(crate) mod admission;
+pub(crate) mod api_source;
+pub(crate) mod events;
+pub(crate) mod eviction;
+pub(crate) mod grpc_health;
+pub(crate) mod memory_pressure;
+pub(crate) mod mirror;
+pub(crate) mod node;
+pub(crate) mod objects;
 mod pod_manager;
-pub mod prober;
-pub mod relist;
-pub mod sources;
-pub mod status;
-pub mod worker;
+pub(crate) mod prober;
+pub(crate) mod relist;
+pub(crate) mod sources;
+pub(crate) mod status;
+pub(crate) mod worker;
 
 use std::collections::HashMap;
 use std::rc::Rc;

@@ -353,7 +353,6 @@ impl PodManager {
             .map(|(uid, k)| eviction::Candidate {
                 uid: uid.clone(),
                 name: k.pod.full_name(),
-                qos: k.pod.qos,
                 priority: k.pod.priority(),
                 memory_request: k.requests.1,
                 grace: k.pod.termination_grace,

@@ -4,7 +4,7 @@
 
 pub mod insecure;
 pub mod io;
-pub mod proxy;
+pub(crate) mod proxy;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -2,16 +2,16 @@
 //! container root filesystems. [`ImageService::ensure`] is the one entry
 //! point pod workers use.
 
-pub mod auth;
+pub(crate) mod auth;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod gc;
-pub mod manifest;
-pub mod reference;
-pub mod registry;
-pub mod store;
+pub(crate) mod gc;
+pub(crate) mod manifest;
+pub(crate) mod reference;
+pub(crate) mod registry;
+pub(crate) mod store;
 pub mod unpack;
-pub mod zstd;
+pub(crate) mod zstd;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -1,10 +1,10 @@
 //! The API server client: kubeconfig, requests, the list+watch state
 //! machine. No kube-client (it needs tokio); the types are k8s-openapi's.
 
-pub mod client;
-pub mod diff;
-pub mod kubeconfig;
-pub mod watch;
+pub(crate) mod client;
+pub(crate) mod diff;
+pub(crate) mod kubeconfig;
+pub(crate) mod watch;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! agent or the next. No async runtime, no TLS: one poll(2) loop.
 
 pub mod launcher;
-pub mod log;
+pub(crate) mod log;
 
 use std::collections::HashMap;
 use std::fs;

@@ -2,17 +2,17 @@
 //! Pod object. Validation refuses anything nanolet cannot run exactly as
 //! written, naming the field, instead of running the pod differently.
 
-pub mod apparmor;
-pub mod backoff;
-pub mod env;
-pub mod manifest;
-pub mod objects;
-pub mod probe;
+pub(crate) mod apparmor;
+pub(crate) mod backoff;
+pub(crate) mod env;
+pub(crate) mod manifest;
+pub(crate) mod objects;
+pub(crate) mod probe;
 pub mod scheduling;
-pub mod signal;
+pub(crate) mod signal;
 pub mod status;
 mod validate;
-pub mod volumes;
+pub(crate) mod volumes;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,22 +1,22 @@
 //! Turning pods into running processes: the sandbox, container bundles
 //! (rootfs + OCI spec), the OCI runtime driver and the pod monitor.
 
-pub mod advisories;
-pub mod apparmor;
+pub(crate) mod advisories;
+pub(crate) mod apparmor;
 pub mod attached_exec;
-pub mod bundle_setup;
-pub mod cni;
-pub mod disk_usage;
+pub(crate) mod bundle_setup;
+pub(crate) mod cni;
+pub(crate) mod disk_usage;
 pub mod monitor_client;
-pub mod netns;
+pub(crate) mod netns;
 pub mod oom_score;
 pub mod pause;
-pub mod protocol;
+pub(crate) mod protocol;
 pub mod runc;
-pub mod sandbox;
-pub mod seccomp;
-pub mod spec;
-pub mod sub_path;
+pub(crate) mod sandbox;
+pub(crate) mod seccomp;
+pub(crate) mod spec;
+pub(crate) mod sub_path;
 pub mod userns;
 
 use std::fs;

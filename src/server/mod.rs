@@ -6,16 +6,16 @@
 //! off unless configured) serves the reading endpoints to anyone, as
 //! upstream's does.
 
-pub mod auth;
+pub(crate) mod auth;
 mod client_ca;
-pub mod client_cert;
+pub(crate) mod client_cert;
 #[doc(hidden)]
 pub mod fuzzing;
 mod limits;
 mod node_logs;
 mod port_forward;
 mod remote_command;
-pub mod serving_cert;
+pub(crate) mod serving_cert;
 mod spdy;
 mod upgrade;
 mod websocket;

@@ -5,7 +5,7 @@
 //! directory), so a reader sees either the old or the new content, never a
 //! torn one.
 
-pub mod records;
+pub(crate) mod records;
 
 use std::fs::{self, File};
 use std::io::{self, Write};

@@ -12,12 +12,12 @@ use crate::cgroup::usage::{self, Usage};
 use crate::pod::QosClass;
 use crate::state::Layout;
 
-pub mod cadvisor;
-pub mod disk;
-pub mod fs;
-pub mod net;
-pub mod own;
-pub mod summary;
+pub(crate) mod cadvisor;
+pub(crate) mod disk;
+pub(crate) mod fs;
+pub(crate) mod net;
+pub(crate) mod own;
+pub(crate) mod summary;
 
 #[derive(Debug, Clone)]
 pub struct ContainerStats {

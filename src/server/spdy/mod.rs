@@ -4,7 +4,7 @@
 //! control: WINDOW_UPDATE and SETTINGS are read and ignored.
 
 mod dictionary;
-pub mod headers;
+pub(crate) mod headers;
 
 use std::collections::HashMap;
 
