@@ -294,7 +294,7 @@ impl Worker {
                 continue;
             }
             let wake = self.next_wake();
-            match self.wait(wake).await {
+            match self.wait_for_work(wake).await {
                 Wake::Control(control) => self.on_control(control).await,
                 Wake::Exit(exit) => self.on_exit(exit).await,
                 // Then the pass: a sidecar's passed startup probe may let
@@ -337,7 +337,9 @@ impl Worker {
         match control {
             Some(Control::Update(pod)) => self.on_update(*pod).await,
             Some(Control::ResizePending(verdict)) => self.resize.pending = verdict,
-            Some(Control::Relisted(states)) => self.heal(&states).await,
+            Some(Control::Relisted(states)) => {
+                self.heal(&states).await;
+            }
             Some(Control::Evict { message, grace }) => {
                 if self.stage.may_end() {
                     self.evict(message, grace).await;
@@ -387,6 +389,23 @@ impl Worker {
             reason,
             message,
         );
+    }
+
+    /// Waits for what calls for a pass. The relist's message calls for one
+    /// only when it flagged something: it comes once a minute to every
+    /// pod, and a pass (which writes the pod's records) for nothing each
+    /// time is wakeups and SD card writes for nothing.
+    async fn wait_for_work(&mut self, until: Option<Instant>) -> Wake {
+        loop {
+            match self.wait(until).await {
+                Wake::Control(Some(Control::Relisted(states))) => {
+                    if self.heal(&states).await {
+                        return Wake::Timer;
+                    }
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn wait(&self, until: Option<Instant>) -> Wake {

@@ -26,8 +26,9 @@ impl Worker {
     /// Settles records the relist found the runtime disagreeing with. The
     /// list may be old by now (a container created then has started since):
     /// what it flags is asked again before anything is done. Never during a
-    /// pass, so never between a container's create and its start.
-    pub(super) async fn heal(&mut self, listed: &[crate::runtime::runc::State]) {
+    /// pass, so never between a container's create and its start. True if
+    /// the list flagged anything.
+    pub(super) async fn heal(&mut self, listed: &[crate::runtime::runc::State]) -> bool {
         use crate::agent::relist::{Verdict, verdict};
         let unfinished = |c: &ContainerState| {
             c.record
@@ -49,10 +50,10 @@ impl Worker {
         };
         let stray = listed.iter().any(|s| !named(&self.containers, &s.id));
         if flagged.is_empty() && !stray {
-            return;
+            return false;
         }
         let Ok(fresh) = self.ctx.runtime.list().await else {
-            return;
+            return true;
         };
         // Instances of this pod no record runs (an exit handled, a
         // removal that failed): gone with their bundles.
@@ -99,6 +100,7 @@ impl Worker {
             self.save_containers();
             self.write_status();
         }
+        true
     }
 
     /// The runtime's containers, `None` when it could not list them in a
