@@ -499,7 +499,7 @@ pub async fn run(
         enum Event {
             Changed,
             Done(String),
-            Relisted(Vec<crate::runtime::runc::State>),
+            Relisted(relist::Relisted),
             Evict(eviction::Order),
             Signal,
         }
@@ -570,7 +570,7 @@ pub async fn run(
                     status.finished(&uid);
                 }
             }
-            Event::Relisted(listed) => {
+            Event::Relisted(relist::Relisted { listed, sweep }) => {
                 // Who owns what is read now, after the list: a container
                 // of a pod whose worker started since is that worker's.
                 let (mut by_pod, orphans) =
@@ -585,7 +585,9 @@ pub async fn run(
                 let ctx = ctx.clone();
                 crate::rt::spawn(async move {
                     relist::remove_orphans(ctx.clone(), orphans).await;
-                    relist::remove_leftovers(ctx).await;
+                    if sweep {
+                        relist::remove_leftovers(ctx).await;
+                    }
                 })
                 .detach();
             }

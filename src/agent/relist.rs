@@ -8,8 +8,9 @@
 //! are a monitor, a pause or a pod cgroup whose pod dir is gone (`sweep`).
 //! A list that fails says nothing: it is "unknown, try again", never
 //! "nothing runs". Cost: one `runc list` (a fork and exec, no pod touched)
-//! a minute, and a read of each process's command line and of the QoS
-//! cgroup dirs, on a helper thread.
+//! a minute; the sweep, a read of each process's command line and of the
+//! QoS cgroup dirs on a helper thread, at the first list after a start and
+//! every tenth after that.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -27,15 +28,28 @@ pub const PERIOD: Duration = Duration::from_secs(60);
 /// The first list, after the adoptions of a start have settled.
 const FIRST: Duration = Duration::from_secs(20);
 
+/// Every how many lists the sweep runs (see `sweep`), besides the first
+/// after a start, when what a crash left is found.
+const SWEEP_EVERY: u32 = 10;
+
+/// What one relist found, and whether the sweep is due with it.
+pub struct Relisted {
+    pub listed: Vec<State>,
+    pub sweep: bool,
+}
+
 /// Lists the runtime's containers every [`PERIOD`] and sends what it finds.
-pub async fn run(ctx: Rc<Context>, found: Sender<Vec<State>>) {
+pub async fn run(ctx: Rc<Context>, found: Sender<Relisted>) {
     let mut wait = FIRST;
+    let mut lists: u32 = 0;
     loop {
         smol::Timer::after(wait).await;
         wait = PERIOD;
         match ctx.runtime.list().await {
             Ok(listed) => {
-                if found.send(listed).await.is_err() {
+                let sweep = lists.is_multiple_of(SWEEP_EVERY);
+                lists = lists.wrapping_add(1);
+                if found.send(Relisted { listed, sweep }).await.is_err() {
                     return;
                 }
             }
