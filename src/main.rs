@@ -22,44 +22,10 @@ Usage:
           [--max-log-size BYTES] [--max-log-files N]
                                         a pod's monitor: started by the agent, not by hand
 
-Flags of `run` (override the config file):
-  --state-dir DIR            nanolet's state (default /var/lib/nanolet)
-  --static-pod-path DIR      directory of pod manifests (staticPodPath)
-  --pod-logs-dir DIR         container logs (podLogsDir, default /var/log/pods)
-  --cgroup-root PATH         parent cgroup of all pods (cgroupRoot, default /)
-  --runtime runc|crun        OCI runtime (default runc)
-  --runtime-path PATH        the runtime's binary
-  --insecure-registry HOST   registry reachable over plain HTTP (repeatable)
-  --container-log-max-size Q  e.g. 10Mi
-  --container-log-max-files N
-  --kubeconfig FILE          join the cluster of this kubeconfig (else standalone)
-  --hostname-override NAME   the node's name (default: the hostname)
-  --node-ip IP               the node's InternalIP (default: the default route's)
-  --node-labels K=V,...      labels set at registration
-  --address IP --port N      the kubelet API's address (0.0.0.0) and port (10250)
-  --read-only-port N         unauthenticated plain HTTP on --address for /healthz,
-                             /pods, /stats/summary and /metrics (also /resource,
-                             /probes, /cadvisor) (0: off)
-  --client-ca-file FILE      CA of client certificates the kubelet API accepts
-  --anonymous-auth BOOL      kubelet API requests without credentials are
-                             system:anonymous (false)
-  --authentication-token-webhook BOOL
-                             bearer tokens checked by TokenReview (true)
-  --authorization-mode MODE  Webhook (SubjectAccessReview, default) or AlwaysAllow
-  --eviction-hard S<Q,...    hard eviction thresholds (memory.available<100Mi,
-                             nodefs.available<10%,nodefs.inodesFree<5%,
-                             imagefs.available<15%)
-  --eviction-pressure-transition-period D   how long a pressure condition
-                             outlasts its signal (5m)
-  --tls-cert-file FILE --tls-private-key-file FILE   its serving certificate
-  --cluster-dns IP,... --cluster-domain D   DNS of ClusterFirst pods
-  --cni-conf-dir DIR         CNI network configurations (/etc/cni/net.d)
-  --cni-bin-dir DIR,...      CNI plugins (/opt/cni/bin,/usr/lib/cni)
-  --docker-config FILE       the node's registry credentials (Docker config.json;
-                             default: <state>/config.json, ~/.docker/config.json)
-  --pod-max-pids N           pids.max of every pod (podPidsLimit; -1 unlimited)
-  --oom-score-adj N          the agent's own oom_score_adj (oomScoreAdj; -999)
-  -v, --verbose              debug logging (or RUST_LOG)
+Flags of run and check:
+  --config FILE                 a KubeletConfiguration (and NanoletConfiguration)
+                                file; each flag below overrides one of its fields
+  -v, --verbose                 debug logging (or RUST_LOG)
 ";
 
 /// Exit code for usage and configuration errors.
@@ -76,7 +42,7 @@ fn main() -> ExitCode {
     }
     let mut args = std::env::args_os().skip(1);
     let Some(command) = args.next() else {
-        eprint!("{USAGE}");
+        eprint!("{USAGE}{}", config::flags_help());
         return ExitCode::from(EXIT_USAGE);
     };
     let parser = lexopt::Parser::from_args(args);
@@ -109,7 +75,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         "help" | "--help" | "-h" => {
-            print!("{USAGE}");
+            print!("{USAGE}{}", config::flags_help());
             Ok(())
         }
         other => Err(Usage(format!("unknown command {other:?}")).into()),
@@ -219,13 +185,7 @@ fn parse_run_flags(mut parser: lexopt::Parser) -> anyhow::Result<(config::Config
             other => return Err(other.unexpected().into()),
         }
     }
-    let mut config = match &config_file {
-        Some(path) => config::Config::load(path)?,
-        None => config::Config::default(),
-    };
-    if let Some(flag) = config.apply_flags(&flags)? {
-        return Err(Usage(format!("unknown flag --{flag}")).into());
-    }
+    let config = config::Config::load(config_file.as_deref(), &flags)?;
     Ok((config, verbose))
 }
 
