@@ -3,10 +3,13 @@
 //! point pod workers use.
 
 pub(crate) mod auth;
+mod blob;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod gc;
+mod locks;
 pub(crate) mod manifest;
+mod progress;
 pub(crate) mod reference;
 pub(crate) mod registry;
 pub(crate) mod store;
@@ -16,18 +19,20 @@ pub(crate) mod zstd;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::rc::Rc;
 
 use jiff::Timestamp;
-use sha2::{Digest, Sha256};
+use sha2::Digest;
 use smol::lock::{Mutex, Semaphore};
 
 use self::auth::{Credentials, RegistryAuth};
+use self::blob::{BlobWriter, HashingFile, hash_partial, sha256_digest};
 use self::gc::GcPolicy;
+use self::locks::{InFlight, KeyedLocks};
 use self::manifest::{Descriptor, Document, ImageConfig, Platform, RunConfig};
+use self::progress::{PROGRESS_FILE_EVERY, Progress};
 use self::reference::{Reference, ReferenceError};
 use self::registry::{Registry, RegistryError};
-use self::store::{ImageRecord, PullProgress, Store, StoreStatus};
+use self::store::{ImageRecord, Store, StoreStatus};
 use crate::http::next_chunk;
 use crate::pod::PullPolicy;
 use crate::state::{self, StateError, hex};
@@ -103,234 +108,7 @@ pub struct ImageService {
     status_written: std::cell::Cell<Option<std::time::Instant>>,
 }
 
-/// How often pull progress reaches `status.json` and the log.
-const PROGRESS_FILE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-const PROGRESS_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// A pull's entry in the progress, removed when the pull ends however it
-/// ends.
-struct Progress<'a> {
-    service: &'a ImageService,
-    key: String,
-    logged: std::cell::Cell<std::time::Instant>,
-}
-
-impl<'a> Progress<'a> {
-    fn start(service: &'a ImageService, key: &str, done: u64, total: u64) -> Self {
-        service
-            .status
-            .borrow_mut()
-            .pulls
-            .insert(key.to_owned(), PullProgress { done, total });
-        service.write_status(true);
-        Progress {
-            service,
-            key: key.to_owned(),
-            logged: std::cell::Cell::new(std::time::Instant::now()),
-        }
-    }
-
-    /// Bytes downloaded again from the start.
-    fn rewind(&self, bytes: u64) {
-        if let Some(p) = self.service.status.borrow_mut().pulls.get_mut(&self.key) {
-            p.done = p.done.saturating_sub(bytes);
-        }
-    }
-
-    fn advance(&self, bytes: u64) {
-        let (done, total) = {
-            let mut status = self.service.status.borrow_mut();
-            let Some(p) = status.pulls.get_mut(&self.key) else {
-                return;
-            };
-            p.done = (p.done + bytes).min(p.total);
-            (p.done, p.total)
-        };
-        self.service.write_status(false);
-        if self.logged.get().elapsed() >= PROGRESS_LOG_EVERY {
-            self.logged.set(std::time::Instant::now());
-            log::info!(
-                "pulling {}: {:.1} of {:.1} MB",
-                self.key,
-                done as f64 / 1e6,
-                total as f64 / 1e6
-            );
-        }
-    }
-}
-
-impl Drop for Progress<'_> {
-    fn drop(&mut self) {
-        self.service.status.borrow_mut().pulls.remove(&self.key);
-        self.service.write_status(true);
-    }
-}
-
-/// One holder per key at a time; the map keeps only keys someone holds or
-/// waits for.
-#[derive(Default)]
-struct KeyedLocks(RefCell<HashMap<String, Rc<Mutex<()>>>>);
-
-/// Forgets a key once its last holder is done, also when that holder was
-/// dropped half way (a pull abandoned with its pod).
-struct KeyRelease<'a> {
-    locks: &'a KeyedLocks,
-    key: &'a str,
-    lock: Rc<Mutex<()>>,
-}
-
-impl Drop for KeyRelease<'_> {
-    fn drop(&mut self) {
-        // The map's and this one's: nobody else holds or waits.
-        if Rc::strong_count(&self.lock) <= 2 {
-            self.locks.0.borrow_mut().remove(self.key);
-        }
-    }
-}
-
-impl KeyedLocks {
-    /// Runs `work` once nobody else holds `key`, telling it whether it had
-    /// to wait for someone.
-    async fn run<T, F: std::future::Future<Output = T>>(
-        &self,
-        key: &str,
-        work: impl FnOnce(bool) -> F,
-    ) -> T {
-        let lock = self
-            .0
-            .borrow_mut()
-            .entry(key.to_owned())
-            .or_default()
-            .clone();
-        let release = KeyRelease {
-            locks: self,
-            key,
-            lock,
-        };
-        let waited = release.lock.try_lock().is_none();
-        let _guard = release.lock.lock().await;
-        work(waited).await
-    }
-}
-
-/// Marks digests as wanted by a pull in flight until dropped.
-struct InFlight<'a> {
-    map: &'a RefCell<HashMap<String, usize>>,
-    digests: Vec<String>,
-}
-
-impl<'a> InFlight<'a> {
-    fn new(map: &'a RefCell<HashMap<String, usize>>, digests: Vec<String>) -> Self {
-        let mut m = map.borrow_mut();
-        for d in &digests {
-            *m.entry(d.clone()).or_default() += 1;
-        }
-        drop(m);
-        InFlight { map, digests }
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        let mut m = self.map.borrow_mut();
-        for d in &self.digests {
-            if let Some(n) = m.get_mut(d) {
-                *n -= 1;
-                if *n == 0 {
-                    m.remove(d);
-                }
-            }
-        }
-    }
-}
-
 const MAX_CONFIG: usize = 4 << 20;
-
-/// What a blob download holds on its way to the disk: batches of this
-/// size, copied out of hyper's buffers (a chunk can pin a read buffer of
-/// hundreds of KiB), and this many of them queued: 256 KiB at most.
-const WRITE_BATCH: usize = 64 << 10;
-const WRITE_QUEUE: usize = 3;
-
-enum WriteOp {
-    Chunk(Vec<u8>),
-    /// The registry sends the whole blob again: the file and hash restart.
-    StartOver,
-}
-
-/// A blob's writes and hashing on a helper thread, fed through a bounded
-/// queue: the loop neither writes nor hashes, and a slow disk holds back
-/// the download rather than filling memory.
-struct BlobWriter {
-    ops: Option<smol::channel::Sender<WriteOp>>,
-    job: smol::Task<std::io::Result<HashingFile>>,
-    batch: Vec<u8>,
-}
-
-impl BlobWriter {
-    fn start(mut file: HashingFile) -> BlobWriter {
-        let (ops, queue) = smol::channel::bounded(WRITE_QUEUE);
-        let job = crate::rt::spawn(crate::helpers::unblock(move || {
-            while let Ok(op) = queue.recv_blocking() {
-                match op {
-                    WriteOp::Chunk(bytes) => std::io::Write::write_all(&mut file, &bytes)?,
-                    WriteOp::StartOver => {
-                        file.file.set_len(0)?;
-                        file.hasher = Sha256::new();
-                    }
-                }
-            }
-            Ok(file)
-        }));
-        BlobWriter {
-            ops: Some(ops),
-            job,
-            batch: Vec::with_capacity(WRITE_BATCH),
-        }
-    }
-
-    async fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
-        self.batch.extend_from_slice(chunk);
-        if self.batch.len() < WRITE_BATCH {
-            return Ok(());
-        }
-        let full = std::mem::replace(&mut self.batch, Vec::with_capacity(WRITE_BATCH));
-        self.send(WriteOp::Chunk(full)).await
-    }
-
-    /// The file and hash start over (what is still batched goes too).
-    async fn start_over(&mut self) -> std::io::Result<()> {
-        self.batch.clear();
-        self.send(WriteOp::StartOver).await
-    }
-
-    async fn send(&mut self, op: WriteOp) -> std::io::Result<()> {
-        let sent = match &self.ops {
-            Some(ops) => ops.send(op).await.is_ok(),
-            None => false,
-        };
-        if sent {
-            return Ok(());
-        }
-        // The helper stopped taking writes: it failed, and says why.
-        self.ops = None;
-        match (&mut self.job).await {
-            Err(e) => Err(e),
-            Ok(_) => Err(std::io::Error::other("the blob writer stopped")),
-        }
-    }
-
-    /// Everything written: the hash of what the file holds.
-    async fn finish(mut self) -> std::io::Result<Sha256> {
-        if !self.batch.is_empty() {
-            let last = std::mem::take(&mut self.batch);
-            self.send(WriteOp::Chunk(last)).await?;
-        }
-        self.ops = None;
-        Ok(self.job.await?.hasher)
-    }
-}
-
 /// How often the loop's lag is sampled while a pull runs: pulls are the
 /// agent's heaviest work, and must not stall it.
 const LAG_PROBE: std::time::Duration = std::time::Duration::from_millis(10);
@@ -364,52 +142,6 @@ fn verify(image: &str, desc: &Descriptor, digest: &str, size: u64) -> Result<(),
             desc.digest, desc.size
         ),
     ))
-}
-
-/// A blob's file, hashed as it is written: on the writer's thread, not
-/// the loop (hashing megabytes a second is the largest work of a pull).
-struct HashingFile {
-    file: std::fs::File,
-    hasher: Sha256,
-}
-
-impl std::io::Write for HashingFile {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.file.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
-    }
-}
-
-/// The hash and length of what an interrupted download of a blob of `size`
-/// bytes left at `path`: nothing if there is none or it is longer.
-fn hash_partial(path: &std::path::Path, size: u64) -> (Sha256, u64) {
-    let mut hasher = Sha256::new();
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return (hasher, 0);
-    };
-    match file.metadata() {
-        Ok(m) if m.len() <= size => {}
-        _ => {
-            let _ = std::fs::remove_file(path);
-            return (hasher, 0);
-        }
-    }
-    match std::io::copy(&mut file, &mut hasher) {
-        Ok(len) => (hasher, len),
-        Err(_) => {
-            let _ = std::fs::remove_file(path);
-            (Sha256::new(), 0)
-        }
-    }
-}
-
-fn sha256_digest(data: &[u8]) -> String {
-    format!("sha256:{}", hex(&Sha256::digest(data)))
 }
 
 impl ImageService {
@@ -894,10 +626,7 @@ impl ImageService {
             .map_err(io_err)?;
         // async-fs would buffer up to 8 MiB per file on its way to the
         // disk; a small board downloading three layers cannot spare that.
-        let mut file = BlobWriter::start(HashingFile {
-            file: opened,
-            hasher,
-        });
+        let mut file = BlobWriter::start(HashingFile::new(opened, hasher));
         let mut resumes = 0;
         let backoff = |resumes: u32| RESUME_BACKOFF * 2u32.pow(resumes - 1);
         while received < desc.size {
