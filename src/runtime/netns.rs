@@ -39,6 +39,32 @@ pub async fn in_network<T: Send + 'static>(
     .await?
 }
 
+/// `ip link set lo up` in the current network namespace.
+pub(super) fn loopback_up() -> io::Result<()> {
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    let result = unsafe {
+        if libc::ioctl(sock, libc::SIOCGIFFLAGS as _, &mut req) < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            if libc::ioctl(sock, libc::SIOCSIFFLAGS as _, &req) < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        }
+    };
+    unsafe { libc::close(sock) };
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use nix::sched::{CloneFlags, unshare};
@@ -17,8 +17,17 @@ use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, setsid};
 
-use super::sandbox::SandboxError;
-use crate::mount;
+use crate::mount::{self, MountError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PauseError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    #[error("pause: {0}")]
+    Start(String),
+}
 
 const NAMESPACE: &str = "pid";
 const PID_FILE: &str = "pid.pause";
@@ -91,7 +100,7 @@ pub async fn ensure(
     ns_dir: &Path,
     executable: &Path,
     user_ns: Option<&Path>,
-) -> Result<bool, SandboxError> {
+) -> Result<bool, PauseError> {
     if alive(ns_dir) {
         return Ok(false);
     }
@@ -102,7 +111,7 @@ pub async fn ensure(
     }
     let target = ns_dir.join(NAMESPACE);
     mount::unmount(&target)?;
-    let fail = |message: String| SandboxError::Namespace(format!("pause: {message}"));
+    let fail = PauseError::Start;
     // Recorded by the pause itself, so that whatever fails next (the
     // agent killed, too), it can be found.
     let file = ns_dir.join(PID_FILE);
@@ -111,20 +120,23 @@ pub async fn ensure(
     let (mut child, line) = super::start_helper(executable, &args, Stdio::null(), Stdio::null())
         .await
         .map_err(fail)?;
-    let status = child.status().await.map_err(|e| fail(e.to_string()))?;
+    let status = child
+        .status()
+        .await
+        .map_err(|e| PauseError::Start(e.to_string()))?;
     let pid: i32 = line
         .trim()
         .parse()
-        .map_err(|_| fail(format!("exited with {status} and no pid")))?;
+        .map_err(|_| PauseError::Start(format!("exited with {status} and no pid")))?;
     let io_at = |path: &Path| {
         let path = path.to_owned();
-        move |source| SandboxError::Io { path, source }
+        move |source| PauseError::Io { path, source }
     };
     let held = fs::File::create(&target)
         .map_err(io_at(&target))
         .and_then(|_| {
             mount::bind(Path::new(&format!("/proc/{pid}/ns/pid")), &target)
-                .map_err(SandboxError::from)
+                .map_err(PauseError::from)
         });
     if held.is_err() {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -172,7 +184,7 @@ fn holder(ns_dir: &Path) -> Option<Pid> {
 
 /// Ends the pod's PID namespace: the kernel kills whatever is left in it
 /// with its init. Safe to repeat.
-pub fn stop(ns_dir: &Path) -> Result<(), SandboxError> {
+pub fn stop(ns_dir: &Path) -> Result<(), PauseError> {
     if let Some(pid) = holder(ns_dir).or_else(|| recorded_pause(ns_dir)) {
         let _ = kill(pid, Signal::SIGKILL);
     }

@@ -37,6 +37,8 @@ pub enum SandboxError {
     Network(#[from] CniError),
     #[error(transparent)]
     UserNamespace(#[from] UsernsError),
+    #[error("creating namespaces: {0}")]
+    Pause(#[from] pause::PauseError),
     #[error(
         "hostPort needs a CNI network with the portmap plugin, and {0} has no network configuration"
     )]
@@ -562,7 +564,8 @@ fn namespaces_on_this_thread(
             .map_err(|e| SandboxError::Namespace(format!("sethostname: {e}")))?;
     }
     if kinds.contains(&"net") {
-        loopback_up().map_err(|e| SandboxError::Namespace(format!("bringing up lo: {e}")))?;
+        super::netns::loopback_up()
+            .map_err(|e| SandboxError::Namespace(format!("bringing up lo: {e}")))?;
     }
     let tid = nix::unistd::gettid();
     for kind in kinds {
@@ -572,32 +575,6 @@ fn namespaces_on_this_thread(
         mount::bind(&source, &target)?;
     }
     Ok(())
-}
-
-/// `ip link set lo up` in the current network namespace.
-pub(super) fn loopback_up() -> io::Result<()> {
-    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if sock < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
-    }
-    let result = unsafe {
-        if libc::ioctl(sock, libc::SIOCGIFFLAGS as _, &mut req) < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            if libc::ioctl(sock, libc::SIOCSIFFLAGS as _, &req) < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(())
-            }
-        }
-    };
-    unsafe { libc::close(sock) };
-    result
 }
 
 /// Undoes [`create`]: detaches the pod from its network, unmounts the

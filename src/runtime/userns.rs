@@ -288,7 +288,7 @@ pub fn run(hostname: &str) -> io::Result<()> {
     .map_err(io::Error::from)?;
     // All capabilities in the new namespace are there before any mapping.
     nix::unistd::sethostname(hostname).map_err(io::Error::from)?;
-    super::sandbox::loopback_up()?;
+    super::netns::loopback_up()?;
     let mut stdout = io::stdout();
     writeln!(stdout, "ready")?;
     stdout.flush()?;
