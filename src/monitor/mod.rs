@@ -366,13 +366,13 @@ impl Monitor {
         while let Some(pos) = self.clients[index].buffer.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.clients[index].buffer.drain(..=pos).collect();
             let sent = match serde_json::from_slice::<Request>(&line) {
-                Ok(Request::Attach { id }) => self.attach(index, id),
+                Ok(Request::Attach { id, request }) => self.attach(index, id, request),
                 Ok(request) => {
                     let reply = self.handle(request);
                     send(&mut self.clients[index].stream, &reply)
                 }
                 Err(e) => {
-                    let reply = refusal(format!("bad request: {e}"));
+                    let reply = refusal(format!("bad request: {e}"), None);
                     send(&mut self.clients[index].stream, &reply)
                 }
             };
@@ -388,12 +388,12 @@ impl Monitor {
     }
 
     /// Answers `Attach` with the container's input attached to the reply.
-    fn attach(&mut self, index: usize, id: String) -> io::Result<()> {
+    fn attach(&mut self, index: usize, id: String, request: Option<u64>) -> io::Result<()> {
         let client = &mut self.clients[index];
         let Some(input) = self.inputs.get(&id) else {
             return send(
                 &mut client.stream,
-                &refusal(format!("container {id} takes no input")),
+                &refusal(format!("container {id} takes no input"), request),
             );
         };
         let reply = Message::Reply {
@@ -401,6 +401,7 @@ impl Monitor {
             error: String::new(),
             pid: None,
             terminal: input.terminal,
+            request,
         };
         let mut line = serde_json::to_vec(&reply).map_err(io::Error::other)?;
         line.push(b'\n');
@@ -431,14 +432,16 @@ impl Monitor {
     }
 
     fn handle(&mut self, request: Request) -> Message {
+        let number = request.number();
         let reply = |result: io::Result<Option<i32>>| match result {
             Ok(pid) => Message::Reply {
                 ok: true,
                 error: String::new(),
                 pid,
                 terminal: false,
+                request: number,
             },
-            Err(e) => refusal(e.to_string()),
+            Err(e) => refusal(e.to_string(), number),
         };
         match request {
             Request::Shutdown => {
@@ -450,9 +453,10 @@ impl Monitor {
                 bundle,
                 log_path,
                 input,
+                ..
             } => reply(self.create(&id, &bundle, &log_path, input).map(Some)),
             // Answered with a descriptor, in `attach`.
-            Request::Attach { .. } => refusal("attach needs its own answer".into()),
+            Request::Attach { .. } => refusal("attach needs its own answer".into(), number),
         }
     }
 
@@ -635,12 +639,13 @@ impl Monitor {
     }
 }
 
-fn refusal(error: String) -> Message {
+fn refusal(error: String, request: Option<u64>) -> Message {
     Message::Reply {
         ok: false,
         error,
         pid: None,
         terminal: false,
+        request,
     }
 }
 

@@ -142,13 +142,12 @@ pub struct MonitorConnection {
     pod_dir: PathBuf,
     writer: UnixStream,
     replies: Receiver<Message>,
-    /// Requests written and replies read: the monitor answers in order, so
-    /// a call's reply is the one numbered as its request. A call abandoned
-    /// while it waited (its pass interrupted) leaves its reply behind, and
-    /// the next call skips it rather than taking it for its own. The
-    /// numbers stand for request IDs without changing what is on the wire,
-    /// which the monitors of running pods, started by an older agent,
-    /// still speak.
+    /// Requests written, which numbers them (their IDs), and replies read.
+    /// A call abandoned while it waited (its pass interrupted) leaves its
+    /// reply behind, and the next call skips it rather than taking it for
+    /// its own: by the ID the reply carries, or, from a monitor started by
+    /// an older agent, which answers without IDs (and in order), by
+    /// counting.
     sent: u64,
     received: u64,
     /// A call was abandoned in the middle of writing its line: what the
@@ -246,14 +245,15 @@ pub async fn connect(
 }
 
 impl MonitorConnection {
-    async fn call(&mut self, request: &Request) -> Result<Option<i32>, MonitorError> {
+    async fn call(&mut self, request: Request) -> Result<Option<i32>, MonitorError> {
         let disconnected = || MonitorError::Disconnected {
             pod_dir: self.pod_dir.clone(),
         };
         if self.torn {
             return Err(disconnected());
         }
-        let mut line = serde_json::to_vec(request).map_err(|_| disconnected())?;
+        let mine = self.sent + 1;
+        let mut line = serde_json::to_vec(&request.numbered(mine)).map_err(|_| disconnected())?;
         line.push(b'\n');
         self.torn = true;
         self.writer
@@ -261,17 +261,29 @@ impl MonitorConnection {
             .await
             .map_err(|_| disconnected())?;
         self.torn = false;
-        self.sent += 1;
-        let mine = self.sent;
+        self.sent = mine;
         loop {
             let reply = self.replies.recv().await;
             self.received += 1;
-            if self.received < mine {
+            let answered = match &reply {
+                Ok(Message::Reply {
+                    request: Some(number),
+                    ..
+                }) => *number,
+                _ => self.received,
+            };
+            if answered < mine {
                 log::debug!(
                     "monitor of {}: skipping the reply to an abandoned request",
                     self.pod_dir.display()
                 );
                 continue;
+            }
+            if answered > mine {
+                // An answer to what was never asked: the connection is not
+                // to be trusted any further.
+                self.torn = true;
+                return Err(disconnected());
             }
             return match reply {
                 Ok(Message::Reply { ok: true, pid, .. }) => Ok(pid),
@@ -293,11 +305,12 @@ impl MonitorConnection {
         input: Input,
     ) -> Result<i32, MonitorError> {
         let pid = self
-            .call(&Request::Create {
+            .call(Request::Create {
                 id: id.to_owned(),
                 bundle: bundle.to_owned(),
                 log_path: log_path.to_owned(),
                 input,
+                request: None,
             })
             .await?;
         pid.ok_or_else(|| MonitorError::Refused {
@@ -311,7 +324,7 @@ impl MonitorConnection {
     /// pod, also at the agent's start, must not hang on it.
     pub async fn shutdown(&mut self) -> Result<(), MonitorError> {
         let pod_dir = self.pod_dir.clone();
-        let answered = async { Some(self.call(&Request::Shutdown).await) };
+        let answered = async { Some(self.call(Request::Shutdown).await) };
         let silent = async {
             smol::Timer::after(SHUTDOWN_REPLY).await;
             None
@@ -345,8 +358,11 @@ pub fn attach_input(pod_dir: &Path, id: &str) -> Result<AttachedInput, MonitorEr
         .set_read_timeout(Some(Duration::from_secs(5)))
         .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(5))))
         .map_err(|e| failed(e.to_string()))?;
-    let mut line = serde_json::to_vec(&Request::Attach { id: id.to_owned() })
-        .map_err(|e| failed(e.to_string()))?;
+    let request = Request::Attach {
+        id: id.to_owned(),
+        request: None,
+    };
+    let mut line = serde_json::to_vec(&request).map_err(|e| failed(e.to_string()))?;
     line.push(b'\n');
     stream.write_all(&line).map_err(|e| failed(e.to_string()))?;
     let mut reply = Vec::new();
@@ -396,8 +412,9 @@ mod tests {
         drop(listener);
     }
 
-    /// A monitor that answers each request, in order, with its number as
-    /// the pid, the first only once told to.
+    /// A monitor started by an older agent, which answers without request
+    /// IDs: each request, in order, with its number as the pid, the first
+    /// only once told to.
     #[test]
     fn a_reply_left_by_an_abandoned_call_is_not_taken_by_the_next() {
         let dir = crate::state::TestDir::new("monitor-replies");
@@ -417,6 +434,7 @@ mod tests {
                     error: String::new(),
                     pid: Some(n),
                     terminal: false,
+                    request: None,
                 };
                 writeln!(writer, "{}", serde_json::to_string(&reply).unwrap()).unwrap();
             }
@@ -446,5 +464,72 @@ mod tests {
             assert_eq!(next.await.unwrap(), 2);
         });
         monitor.join().unwrap();
+    }
+
+    /// A monitor that never answers the first request (its reply lost) but
+    /// answers the second with its ID: the second call takes that answer,
+    /// which counting replies alone would have skipped as the first's.
+    #[test]
+    fn a_reply_is_matched_by_its_request_id() {
+        let dir = crate::state::TestDir::new("monitor-ids");
+        let listener = std::os::unix::net::UnixListener::bind(dir.0.join(SOCKET)).unwrap();
+        let monitor = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut lines = std::io::BufReader::new(stream).lines();
+            let mut numbers = Vec::new();
+            for _ in 1..=2 {
+                let line = lines.next().unwrap().unwrap();
+                let number = serde_json::from_str::<Request>(&line).unwrap().number();
+                numbers.push(number);
+            }
+            let reply = Message::Reply {
+                ok: true,
+                error: String::new(),
+                pid: Some(42),
+                terminal: false,
+                request: numbers[1],
+            };
+            writeln!(writer, "{}", serde_json::to_string(&reply).unwrap()).unwrap();
+            numbers
+        });
+        crate::rt::block_on(async {
+            let (exits, _exits_rx) = smol::channel::unbounded();
+            let mut connection = connect(&dir.0, exits).await.unwrap();
+            let (bundle, log) = (dir.0.join("b"), dir.0.join("l"));
+            let within =
+                |limit_ms: u64| smol::Timer::after(std::time::Duration::from_millis(limit_ms));
+            let first = futures_lite::future::or(
+                async {
+                    Some(
+                        connection
+                            .create("x", &bundle, &log, Input::default())
+                            .await,
+                    )
+                },
+                async {
+                    within(200).await;
+                    None
+                },
+            )
+            .await;
+            assert!(first.is_none());
+            let second = futures_lite::future::or(
+                async {
+                    Some(
+                        connection
+                            .create("x", &bundle, &log, Input::default())
+                            .await,
+                    )
+                },
+                async {
+                    within(5000).await;
+                    None
+                },
+            )
+            .await;
+            assert_eq!(second.map(|r| r.ok()), Some(Some(42)));
+        });
+        assert_eq!(monitor.join().unwrap(), [Some(1), Some(2)]);
     }
 }

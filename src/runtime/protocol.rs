@@ -1,8 +1,12 @@
 //! What the agent and a pod monitor say to each other over the monitor's
-//! Unix socket: one JSON object per line. Requests are answered in order
-//! (the client numbers them by that order: see `MonitorConnection`);
-//! exit events may arrive between answers. The answer to `Attach` carries a
-//! file descriptor (SCM_RIGHTS).
+//! Unix socket: one JSON object per line. Requests are answered in order,
+//! and a request that carries an ID gets it back in its answer (see
+//! `MonitorConnection`); exit events may arrive between answers. The answer
+//! to `Attach` carries a file descriptor (SCM_RIGHTS).
+//!
+//! IDs ride inside the requests that have fields (a monitor started by an
+//! older agent ignores them there and answers without one); `Shutdown`, a
+//! connection's last request, has none.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -28,11 +32,17 @@ pub enum Request {
         log_path: PathBuf,
         #[serde(default)]
         input: Input,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
     },
     /// Hand over the container's input: the write end of its stdin pipe,
     /// or its terminal. The connection stands for that attach's input from
     /// then on: once it closes, a `stdin_once` container's stdin closes.
-    Attach { id: String },
+    Attach {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
     /// Exit once no container of the pod runs.
     Shutdown,
 }
@@ -50,6 +60,9 @@ pub enum Message {
         /// In answer to `Attach`: the descriptor is a terminal.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         terminal: bool,
+        /// The ID of the request answered, if it had one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
     },
     Exit(Exit),
 }
@@ -65,6 +78,26 @@ pub struct Exit {
     pub exit_code: i32,
     pub signal: Option<i32>,
     pub finished_at: Timestamp,
+}
+
+impl Request {
+    /// The request with ID `number`, where it can carry one.
+    pub fn numbered(mut self, number: u64) -> Request {
+        match &mut self {
+            Request::Create { request, .. } | Request::Attach { request, .. } => {
+                *request = Some(number)
+            }
+            Request::Shutdown => {}
+        }
+        self
+    }
+
+    pub fn number(&self) -> Option<u64> {
+        match self {
+            Request::Create { request, .. } | Request::Attach { request, .. } => *request,
+            Request::Shutdown => None,
+        }
+    }
 }
 
 pub const SOCKET: &str = "monitor.sock";
@@ -130,6 +163,7 @@ mod tests {
             bundle: "/b".into(),
             log_path: "/l".into(),
             input: Input::default(),
+            request: None,
         };
         let line = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), r);
@@ -138,12 +172,63 @@ mod tests {
             error: String::new(),
             pid: Some(3),
             terminal: false,
+            request: None,
         };
         let line = serde_json::to_string(&m).unwrap();
         assert_eq!(line, r#"{"reply":{"ok":true,"pid":3}}"#);
         // What an agent from before `input` existed sends.
         let old = r#"{"create":{"id":"x","bundle":"/b","log_path":"/l"}}"#;
         assert_eq!(serde_json::from_str::<Request>(old).unwrap(), r);
+    }
+
+    /// The requests as a monitor started by an agent from before request
+    /// IDs reads them: it must still understand every numbered one.
+    #[test]
+    fn a_monitor_without_request_ids_reads_numbered_requests() {
+        #[derive(Debug, Deserialize, PartialEq)]
+        #[serde(rename_all = "camelCase")]
+        enum OldRequest {
+            Create {
+                id: String,
+                bundle: PathBuf,
+                log_path: PathBuf,
+                #[serde(default)]
+                input: Input,
+            },
+            Attach {
+                id: String,
+            },
+            Shutdown,
+        }
+        let create = Request::Create {
+            id: "x".into(),
+            bundle: "/b".into(),
+            log_path: "/l".into(),
+            input: Input::default(),
+            request: None,
+        };
+        let attach = Request::Attach {
+            id: "x".into(),
+            request: None,
+        };
+        let read = |request: Request| -> OldRequest {
+            let numbered = request.numbered(7);
+            assert!(numbered.number() == Some(7) || numbered == Request::Shutdown);
+            serde_json::from_str(&serde_json::to_string(&numbered).unwrap()).unwrap()
+        };
+        assert!(matches!(read(create), OldRequest::Create { id, .. } if id == "x"));
+        assert_eq!(read(attach), OldRequest::Attach { id: "x".into() });
+        assert_eq!(read(Request::Shutdown), OldRequest::Shutdown);
+        // And its answers, without an ID, are still answers.
+        let old_reply = r#"{"reply":{"ok":true,"pid":3}}"#;
+        assert!(matches!(
+            serde_json::from_str::<Message>(old_reply).unwrap(),
+            Message::Reply {
+                request: None,
+                pid: Some(3),
+                ..
+            }
+        ));
     }
 
     #[test]
