@@ -14,6 +14,7 @@ pub(crate) mod objects;
 mod pod_manager;
 pub(crate) mod prober;
 pub(crate) mod relist;
+mod setup;
 pub(crate) mod sources;
 pub(crate) mod status;
 pub(crate) mod worker;
@@ -32,12 +33,7 @@ use self::status::StatusManager;
 use self::worker::{Control, Worker};
 use crate::cgroup::Hierarchy;
 use crate::config::Config;
-use crate::http::Client;
-use crate::image::gc::GcPolicy;
-use crate::image::registry::Registry;
-use crate::image::store::Store;
-use crate::image::{ImageService, PullLimits, unpack};
-use crate::kube::Api;
+use crate::image::ImageService;
 use crate::kube::watch::Reflector;
 use crate::pod::Pod;
 use crate::runtime::cni::Cni;
@@ -115,227 +111,21 @@ pub async fn run(
     config: Config,
     launcher: Option<crate::monitor::launcher::Launcher>,
 ) -> Result<(), AgentError> {
-    let layout = Layout::new(&config.state_dir);
-    state::create_dir_all(&layout.root, 0o700)?;
-    state::create_dir_all(&layout.pods(), 0o700)?;
-    state::create_dir_all(&config.pod_logs_dir, 0o755)?;
-    state::write_atomic(
-        &layout.agent_pid(),
-        std::process::id().to_string().as_bytes(),
-        0o644,
-        state::Durability::ProcessCrash,
-    )?;
-
-    let runtime = Runtime::new(
-        config.runtime,
-        config.runtime_path.clone(),
-        layout.runtime_root(),
-    );
-    let version = runtime.version().await.map_err(|e| AgentError::Runtime {
-        path: config.runtime_path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    log::info!(
-        "nanolet {} starting: runtime {}://{version}, cgroups {:?}, state {}",
-        env!("CARGO_PKG_VERSION"),
-        config.runtime.name(),
-        crate::cgroup::detect(),
-        layout.root.display()
-    );
-    for escape in crate::runtime::advisories::known_escapes(config.runtime, &version) {
-        log::warn!("{escape}: upgrade the runtime");
-    }
-    let recursive_read_only = runtime.supports_recursive_read_only().await;
-    let http = Client::new(config.ca_file.clone(), config.insecure_registries.clone());
-    let registry = Registry::new(http, config.registry_mirrors.clone());
-    let store = Store::open(&layout.images())?;
-    let executable =
-        std::env::current_exe().map_err(|e| AgentError::Setup(format!("own executable: {e}")))?;
-
-    // Cluster mode: the API server's pods for this node, and where their
-    // statuses go.
-    let cluster = match &config.kubeconfig {
-        Some(path) => {
-            let kubeconfig = crate::kube::Kubeconfig::load(path)
-                .map_err(|e| AgentError::Setup(e.to_string()))?;
-            log::info!(
-                "joining the cluster at {} as node {}",
-                kubeconfig.server,
-                config.node_name
-            );
-            let api = Api::new(&kubeconfig, &config.node_name);
-            let (pods, changed) = Reflector::new(
-                api.clone(),
-                "/api/v1/pods",
-                &format!("spec.nodeName={}", config.node_name),
-            );
-            let status = StatusManager::new(api.clone(), pods.clone());
-            Some((api, pods, changed, status))
-        }
-        None => None,
-    };
-
-    let host_ip = config.node_ip.or_else(node::default_route_ip);
-    let cni = Cni {
-        conf_dir: config.cni_conf_dir.clone(),
-        bin_dirs: config.cni_bin_dirs.clone(),
-        parked_dir: layout.root.join("cni-parked"),
-    };
-    match cni.network() {
-        Ok(Some((path, list))) => log::info!(
-            "pod network: CNI {:?} (version {}) from {}",
-            list.name,
-            list.cni_version,
-            path.display()
-        ),
-        Ok(None) => log::warn!(
-            "no CNI network configuration in {}: pods off the host network get loopback only",
-            cni.conf_dir.display()
-        ),
-        Err(e) => log::error!("{e}"),
-    }
-    let oom_score_floor = crate::runtime::oom_score::floor();
-    if let Some(floor) = oom_score_floor {
-        log::warn!(
-            "no CAP_SYS_RESOURCE: containers get no oom_score_adj below the agent's own, {floor}"
-        );
-    }
-    let ctx = Rc::new(Context {
-        oom_score_floor,
-        cni,
-        images: ImageService::new(
-            registry,
-            store,
-            GcPolicy {
-                high_percent: config.image_gc_high_threshold_percent,
-                low_percent: config.image_gc_low_threshold_percent,
-                min_age: config.image_minimum_gc_age,
-                max_age: config.image_maximum_gc_age,
-                pinned: config
-                    .pinned_images
-                    .iter()
-                    .filter_map(|i| ImageService::normalise(i))
-                    .collect(),
-            },
-            PullLimits {
-                layer: unpack::Limits {
-                    max_bytes: config.max_layer_size,
-                    max_entries: config.max_layer_entries,
-                    contents: unpack::Contents {
-                        fifos: config.layer_fifos,
-                        refuse_devices: config.layer_refuse_devices,
-                        setuid: config.layer_setuid,
-                    },
-                },
-                image_bytes: config.max_image_size,
-            },
-        ),
-        monitor: MonitorSettings {
-            executable,
-            launcher: launcher.and_then(|l| {
-                crate::runtime::monitor_client::LauncherClient::new(l)
-                    .map_err(|e| log::warn!("the monitor launcher: {e}"))
-                    .ok()
-                    .map(Rc::new)
-            }),
-            runtime_path: config.runtime_path.clone(),
-            runtime_root: layout.runtime_root(),
-            max_log_size: config.container_log_max_size,
-            max_log_files: config.container_log_max_files,
-        },
-        cgroups: Hierarchy::new(&config.cgroup_root),
-        memory_capacity: crate::cgroup::memory_capacity(),
-        recursive_read_only,
-        host_ip,
-        status_manager: cluster.as_ref().map(|c| c.3.clone()),
-        objects: cluster
-            .as_ref()
-            .map(|c| objects::ObjectSource::new(c.0.clone())),
-        events: cluster
-            .as_ref()
-            .map(|c| events::EventRecorder::new(c.0.clone(), &config.node_name)),
-        node_uid: Rc::default(),
-        api_node: Rc::default(),
-        eviction: eviction::EvictionManager::new(config.eviction.clone()),
-        runtime,
-        layout,
-        config,
-    });
-    // Child processes are reaped on the loop, not by a thread of their own.
-    crate::rt::spawn(async_process::driver()).detach();
-    // Before any pod is admitted: admission and specs depend on it.
-    crate::runtime::apparmor::prepare_host().await;
-    // Networks of pods whose DEL failed before: released now if possible.
-    let retry_ctx = ctx.clone();
-    crate::rt::spawn(async move { retry_ctx.cni.retry_parked().await }).detach();
-    crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();
-    crate::rt::spawn(collect_images(ctx.clone())).detach();
-    let candidates = eviction::Candidates::default();
-    let (evict_tx, evict_rx) = smol::channel::unbounded();
-    if ctx.config.healthz_port != 0 {
-        let addr =
-            std::net::SocketAddr::new(ctx.config.healthz_bind_address, ctx.config.healthz_port);
-        // As upstream: a taken port costs the health endpoint, not the pods.
-        match crate::server::bind_healthz(addr) {
-            Ok(healthz) => crate::rt::spawn(healthz).detach(),
-            Err(e) => log::error!("healthz: {e}"),
-        }
-    }
-    if ctx.config.read_only_port != 0 {
-        match crate::server::bind_read_only(server_deps(&ctx)) {
-            Ok(serving) => crate::rt::spawn(serving).detach(),
-            Err(e) => log::error!("read-only port: {e}"),
-        }
-    }
-
+    let (ctx, runtime_version, cluster) = setup::context(config, launcher).await?;
+    setup::spawn_services(&ctx).await;
     let (done_tx, done_rx) = smol::channel::unbounded::<String>();
-    let mut manager = PodManager::default();
-    let mut workers: HashMap<String, WorkerLink> = HashMap::new();
-    let carry_out = |command: Command, workers: &mut HashMap<String, WorkerLink>| match command {
-        Command::Start { pod, admitted } => {
-            let (control, control_rx) = smol::channel::unbounded();
-            let uid = pod.uid.clone();
-            let worker = Worker::new(ctx.clone(), *pod, admitted, control_rx);
-            let done = done_tx.clone();
-            let task_uid = uid.clone();
-            let task = crate::rt::spawn(async move {
-                worker.run().await;
-                let _ = done.send(task_uid).await;
-            });
-            workers.insert(
-                uid,
-                WorkerLink {
-                    control,
-                    _task: task,
-                },
-            );
-        }
-        Command::Tell { uid, control } => {
-            if let Some(worker) = workers.get(&uid) {
-                let _ = worker.control.try_send(control);
-            }
-        }
-        Command::Refuse {
-            uid,
-            namespace,
-            name,
-            reason,
-            message,
-        } => {
-            if let Some(status) = &ctx.status_manager {
-                let failed = api_source::rejected_status(&reason, &message);
-                status.set(&uid, &namespace, &name, failed, false);
-            }
-        }
-        Command::FinalDelete {
-            uid,
-            namespace,
-            name,
-        } => {
-            if let Some(status) = &ctx.status_manager {
-                status.delete(&uid, &namespace, &name);
-            }
-        }
+    let mut agent = Agent {
+        ctx: ctx.clone(),
+        manager: PodManager::default(),
+        workers: Workers {
+            ctx: ctx.clone(),
+            links: HashMap::new(),
+            done: done_tx,
+        },
+        mirrors: None,
+        reported: None,
+        unreadable_logged: false,
+        qos_written: None,
     };
 
     // Adopt what the previous run admitted: its workers reattach to running
@@ -344,49 +134,18 @@ pub async fn run(
     // also when it cannot be reached.
     for (pod, admitted) in adopt_checkpoints(&ctx).await {
         log::info!("adopting pod {} ({})", pod.full_name(), pod.uid);
-        carry_out(manager.adopt(pod, admitted), &mut workers);
+        let command = agent.manager.adopt(pod, admitted);
+        agent.workers.carry_out(command);
     }
 
-    let mut api_changed = None;
-    let mut api_pods = None;
-    let mut mirrors: Option<Rc<mirror::MirrorManager>> = None;
-    if let Some((api, pods, changed, status)) = cluster {
-        let api_for_mirrors = api.clone();
-        let mut facts =
-            node::NodeFacts::gather(&ctx, format!("{}://{version}", ctx.config.runtime.name()));
-        let user_namespaces =
-            crate::runtime::userns::probe(&ctx.config.state_dir, &ctx.monitor.executable).await;
-        if let Err(why) = &user_namespaces {
-            log::info!("pods with hostUsers: false cannot run on this node: {why}");
+    let (api_pods, api_changed) = match cluster {
+        Some(cluster) => {
+            let joined = setup::join(&ctx, cluster, &runtime_version).await?;
+            agent.mirrors = Some(joined.mirrors);
+            (Some(joined.pods), Some(joined.changed))
         }
-        facts.user_namespaces = user_namespaces.is_ok();
-        // The kubelet API: how the API server reaches this node for logs.
-        let authority = crate::server::auth::Authority::new(
-            ctx.config.api_auth.clone(),
-            api.clone(),
-            &ctx.config.node_name,
-        );
-        let server = crate::server::bind(server_deps(&ctx), Rc::new(authority))
-            .map_err(|e| AgentError::Setup(format!("kubelet API: {e}")))?;
-        crate::rt::spawn(server).detach();
-        crate::rt::spawn(node::run(ctx.clone(), api, facts)).detach();
-        crate::rt::spawn(pods.clone().run()).detach();
-        crate::rt::spawn(status.run()).detach();
-        if let Some(events) = &ctx.events {
-            crate::rt::spawn(events.clone().run()).detach();
-        }
-        let manager = mirror::MirrorManager::new(
-            api_for_mirrors,
-            pods.clone(),
-            &ctx.config.node_name,
-            ctx.node_uid.clone(),
-        );
-        crate::rt::spawn(manager.clone().run()).detach();
-        mirrors = Some(manager);
-        api_changed = Some(changed);
-        api_pods = Some(pods);
-    }
-
+        None => (None, None),
+    };
     let mut source = ctx.config.static_pod_path.clone().map(|dir| {
         ManifestSource::new(
             dir,
@@ -401,8 +160,6 @@ pub async fn run(
     let mut signals =
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])
             .map_err(|e| AgentError::Setup(format!("signals: {e}")))?;
-    let mut reported: Option<Vec<Rejected>> = None;
-    let mut unreadable_logged = false;
     let registered_node = admission::NodeView {
         name: ctx.config.node_name.clone(),
         labels: node::labels(&ctx),
@@ -426,6 +183,8 @@ pub async fn run(
     // After kubepods exists: its memory events are watched where the
     // kernel has no PSI.
     let pressure = memory_pressure::watch(ctx.cgroups.pods_memory_events().as_deref());
+    let candidates = eviction::Candidates::default();
+    let (evict_tx, evict_rx) = smol::channel::unbounded();
     crate::rt::spawn(eviction::run(
         ctx.clone(),
         candidates.clone(),
@@ -433,7 +192,6 @@ pub async fn run(
         pressure,
     ))
     .detach();
-    let mut qos_written: Option<u64> = None;
     // After the adoptions above: the relist's first list waits for them.
     let (relisted_tx, relisted_rx) = smol::channel::bounded(1);
     let _relist = crate::rt::spawn(relist::run(ctx.clone(), relisted_tx));
@@ -443,66 +201,17 @@ pub async fn run(
             .borrow()
             .clone()
             .unwrap_or_else(|| registered_node.clone());
-        let scan = match &source {
-            Some(s) => s.scan(&node_view, manager.uids().cloned().collect()).await,
-            None => Some(Default::default()),
-        };
-        match scan {
-            None if !unreadable_logged => {
-                log::warn!("cannot read the manifest directory; keeping the pods that run");
-                unreadable_logged = true;
-            }
-            None => {}
-            Some(scan) => {
-                unreadable_logged = false;
-                report_rejected(&ctx, &scan.rejected, &mut reported);
-                let desired: HashMap<String, Pod> =
-                    scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
-                if let Some(mirrors) = &mirrors {
-                    mirrors.set_static(
-                        desired
-                            .iter()
-                            .map(|(uid, p)| (uid.clone(), p.manifest.clone()))
-                            .collect(),
-                    );
-                }
-                for command in manager.static_pods(desired, Timestamp::now()) {
-                    carry_out(command, &mut workers);
-                }
-            }
-        }
-
+        agent.sync_static_pods(source.as_ref(), &node_view).await;
         // Until its first list, the API server says nothing about which
         // pods should not run.
         capacity.extended = node_view.extended.clone();
         if let Some(reflector) = &api_pods {
-            let snapshot = reflector.snapshot();
-            if snapshot.synced {
-                let sorted =
-                    api_source::sort(&snapshot.objects, &node_view, |uid| manager.runs(uid));
-                let commands = manager.api_pods(
-                    sorted,
-                    |uid| snapshot.objects.contains_key(uid),
-                    &capacity,
-                    ctx.eviction.pressure(),
-                    Timestamp::now(),
-                );
-                for command in commands {
-                    carry_out(command, &mut workers);
-                }
-            }
+            agent.sync_api_pods(reflector, &node_view, &capacity);
         }
-
         // What the eviction manager may pick from: pods not on their way out.
-        *candidates.borrow_mut() = manager.candidates();
+        *candidates.borrow_mut() = agent.manager.candidates();
+        agent.update_qos_cgroups();
 
-        enum Event {
-            Changed,
-            Done(String),
-            Relisted(relist::Relisted),
-            Evict(eviction::Order),
-            Signal,
-        }
         let changed = async {
             match &mut source {
                 Some(s) => s.changed().await,
@@ -516,84 +225,31 @@ pub async fn run(
                 _ => std::future::pending().await,
             }
         };
-        let done = async {
-            match done_rx.recv().await {
-                Ok(uid) => Event::Done(uid),
-                Err(_) => std::future::pending().await,
-            }
-        };
         let signal = async {
             signals.next().await;
             Event::Signal
         };
-        let relisted = async {
-            match relisted_rx.recv().await {
-                Ok(listed) => Event::Relisted(listed),
-                Err(_) => std::future::pending().await,
-            }
-        };
-        let evict = async {
-            match evict_rx.recv().await {
-                Ok(order) => Event::Evict(order),
-                Err(_) => std::future::pending().await,
-            }
-        };
-        // The Burstable class's weight follows its pods' CPU requests.
-        let burstable_cpu = manager.burstable_cpu();
-        if qos_written != Some(burstable_cpu) {
-            match ctx.cgroups.update_qos(burstable_cpu) {
-                Ok(()) => qos_written = Some(burstable_cpu),
-                Err(e) => log::warn!("QoS cgroups: {e}"),
-            }
-        }
-        match changed
+        let event = changed
             .or(api_change)
-            .or(done)
-            .or(evict)
-            .or(relisted)
+            .or(received(&done_rx, Event::Done))
+            .or(received(&evict_rx, Event::Evict))
+            .or(received(&relisted_rx, Event::Relisted))
             .or(signal)
-            .await
-        {
+            .await;
+        match event {
             Event::Changed => {
-                if let Some(mirrors) = &mirrors {
+                if let Some(mirrors) = &agent.mirrors {
                     mirrors.poke();
                 }
                 if let Some(status) = &ctx.status_manager {
                     status.poke();
                 }
             }
-            Event::Done(uid) => {
-                workers.remove(&uid);
-                manager.finished(&uid);
-                ctx.images.wake_gc();
-                if let Some(status) = &ctx.status_manager {
-                    status.finished(&uid);
-                }
-            }
-            Event::Relisted(relist::Relisted { listed, sweep }) => {
-                // Who owns what is read now, after the list: a container
-                // of a pod whose worker started since is that worker's.
-                let (mut by_pod, orphans) =
-                    relist::assign(listed, &ctx.layout.pods(), |uid| workers.contains_key(uid));
-                // Every pod: one whose containers are all gone hears it too.
-                for (uid, worker) in &workers {
-                    let states = by_pod.remove(uid).unwrap_or_default();
-                    let _ = worker.control.try_send(Control::Relisted(states));
-                }
-                // Containers first: what the sweep kills in pods' cgroups
-                // would leave them in the runtime's state.
-                let ctx = ctx.clone();
-                crate::rt::spawn(async move {
-                    relist::remove_orphans(ctx.clone(), orphans).await;
-                    if sweep {
-                        relist::remove_leftovers(ctx).await;
-                    }
-                })
-                .detach();
-            }
+            Event::Done(uid) => agent.finished(&uid),
+            Event::Relisted(relisted) => agent.relisted(relisted),
             Event::Evict(order) => {
-                if let Some(command) = manager.evict(order) {
-                    carry_out(command, &mut workers);
+                if let Some(command) = agent.manager.evict(order) {
+                    agent.workers.carry_out(command);
                 }
             }
             Event::Signal => {
@@ -605,44 +261,203 @@ pub async fn run(
     }
 }
 
-/// Upstream's image GC period.
-const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
+/// What wakes the loop.
+enum Event {
+    /// The manifests or the API server's pods changed.
+    Changed,
+    /// A worker ended.
+    Done(String),
+    Relisted(relist::Relisted),
+    Evict(eviction::Order),
+    Signal,
+}
 
-/// Image GC at start, every 5 minutes as upstream, after each pull (on a
-/// small SD card it is a pull that fills the disk) and when a pod is gone.
-async fn collect_images(ctx: Rc<Context>) {
-    loop {
-        let pods = ctx.layout.pods();
-        let in_use = crate::helpers::unblock(move || records::images_in_use(&pods)).await;
-        match ctx.images.collect_garbage(&in_use).await {
-            Ok(report) => {
-                crate::stats::own::image_gc_ran(report.deleted.len());
-                let percent = |u: Option<crate::stats::fs::FsUsage>| u.map(|u| u.percent());
-                if !report.deleted.is_empty() {
-                    log::info!(
-                        "image GC deleted {} ({:?}% → {:?}% of the image filesystem used)",
-                        report.deleted.join(", "),
-                        percent(report.before),
-                        percent(report.after)
-                    );
-                }
-                if report.short {
-                    let message = format!(
-                        "the image filesystem is still {:?}% used after deleting every unused image",
-                        percent(report.after)
-                    );
-                    log::warn!("image GC: {message}");
-                    if let Some(events) = &ctx.events {
-                        events.record_node(events::EventType::Warning, "ImageGCFailed", message);
-                    }
+/// The next message of `channel` as an event; never, once it is closed.
+async fn received<T>(channel: &smol::channel::Receiver<T>, event: fn(T) -> Event) -> Event {
+    match channel.recv().await {
+        Ok(message) => event(message),
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// The running workers, which the pod manager's commands reach.
+struct Workers {
+    ctx: Rc<Context>,
+    links: HashMap<String, WorkerLink>,
+    /// Where a worker says it ended, with its pod's UID.
+    done: Sender<String>,
+}
+
+impl Workers {
+    fn carry_out(&mut self, command: Command) {
+        match command {
+            Command::Start { pod, admitted } => {
+                let (control, control_rx) = smol::channel::unbounded();
+                let uid = pod.uid.clone();
+                let worker = Worker::new(self.ctx.clone(), *pod, admitted, control_rx);
+                let done = self.done.clone();
+                let task_uid = uid.clone();
+                let task = crate::rt::spawn(async move {
+                    worker.run().await;
+                    let _ = done.send(task_uid).await;
+                });
+                self.links.insert(
+                    uid,
+                    WorkerLink {
+                        control,
+                        _task: task,
+                    },
+                );
+            }
+            Command::Tell { uid, control } => {
+                if let Some(worker) = self.links.get(&uid) {
+                    let _ = worker.control.try_send(control);
                 }
             }
-            Err(e) => log::warn!("image GC: {e}"),
+            Command::Refuse {
+                uid,
+                namespace,
+                name,
+                reason,
+                message,
+            } => {
+                if let Some(status) = &self.ctx.status_manager {
+                    let failed = api_source::rejected_status(&reason, &message);
+                    status.set(&uid, &namespace, &name, failed, false);
+                }
+            }
+            Command::FinalDelete {
+                uid,
+                namespace,
+                name,
+            } => {
+                if let Some(status) = &self.ctx.status_manager {
+                    status.delete(&uid, &namespace, &name);
+                }
+            }
         }
-        let period = async {
-            smol::Timer::after(IMAGE_GC_PERIOD).await;
+    }
+}
+
+/// The loop's state between events.
+struct Agent {
+    ctx: Rc<Context>,
+    manager: PodManager,
+    workers: Workers,
+    mirrors: Option<Rc<mirror::MirrorManager>>,
+    /// The rejected manifests last written for `nanolet pods`.
+    reported: Option<Vec<Rejected>>,
+    unreadable_logged: bool,
+    /// The Burstable class's CPU weight last written.
+    qos_written: Option<u64>,
+}
+
+impl Agent {
+    /// The manifests' pods as the desired static pods.
+    async fn sync_static_pods(
+        &mut self,
+        source: Option<&ManifestSource>,
+        node_view: &admission::NodeView,
+    ) {
+        let scan = match source {
+            Some(s) => {
+                s.scan(node_view, self.manager.uids().cloned().collect())
+                    .await
+            }
+            None => Some(Default::default()),
         };
-        futures_lite::future::or(ctx.images.gc_wanted(), period).await;
+        let Some(scan) = scan else {
+            if !self.unreadable_logged {
+                log::warn!("cannot read the manifest directory; keeping the pods that run");
+                self.unreadable_logged = true;
+            }
+            return;
+        };
+        self.unreadable_logged = false;
+        report_rejected(&self.ctx, &scan.rejected, &mut self.reported);
+        let desired: HashMap<String, Pod> =
+            scan.pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+        if let Some(mirrors) = &self.mirrors {
+            mirrors.set_static(
+                desired
+                    .iter()
+                    .map(|(uid, p)| (uid.clone(), p.manifest.clone()))
+                    .collect(),
+            );
+        }
+        for command in self.manager.static_pods(desired, Timestamp::now()) {
+            self.workers.carry_out(command);
+        }
+    }
+
+    /// The API server's pods for this node as the desired API pods, once
+    /// it has listed them.
+    fn sync_api_pods(
+        &mut self,
+        reflector: &Reflector,
+        node_view: &admission::NodeView,
+        capacity: &admission::Capacity,
+    ) {
+        let snapshot = reflector.snapshot();
+        if !snapshot.synced {
+            return;
+        }
+        let manager = &mut self.manager;
+        let sorted = api_source::sort(&snapshot.objects, node_view, |uid| manager.runs(uid));
+        let commands = manager.api_pods(
+            sorted,
+            |uid| snapshot.objects.contains_key(uid),
+            capacity,
+            self.ctx.eviction.pressure(),
+            Timestamp::now(),
+        );
+        for command in commands {
+            self.workers.carry_out(command);
+        }
+    }
+
+    /// The Burstable class's weight follows its pods' CPU requests.
+    fn update_qos_cgroups(&mut self) {
+        let burstable_cpu = self.manager.burstable_cpu();
+        if self.qos_written != Some(burstable_cpu) {
+            match self.ctx.cgroups.update_qos(burstable_cpu) {
+                Ok(()) => self.qos_written = Some(burstable_cpu),
+                Err(e) => log::warn!("QoS cgroups: {e}"),
+            }
+        }
+    }
+
+    fn finished(&mut self, uid: &str) {
+        self.workers.links.remove(uid);
+        self.manager.finished(uid);
+        self.ctx.images.wake_gc();
+        if let Some(status) = &self.ctx.status_manager {
+            status.finished(uid);
+        }
+    }
+
+    fn relisted(&mut self, relist::Relisted { listed, sweep }: relist::Relisted) {
+        let links = &self.workers.links;
+        // Who owns what is read now, after the list: a container of a pod
+        // whose worker started since is that worker's.
+        let (mut by_pod, orphans) = relist::assign(listed, &self.ctx.layout.pods(), |uid| {
+            links.contains_key(uid)
+        });
+        // Every pod: one whose containers are all gone hears it too.
+        for (uid, worker) in links {
+            let states = by_pod.remove(uid).unwrap_or_default();
+            let _ = worker.control.try_send(Control::Relisted(states));
+        }
+        // Containers first: what the sweep kills in pods' cgroups would
+        // leave them in the runtime's state.
+        let ctx = self.ctx.clone();
+        crate::rt::spawn(async move {
+            relist::remove_orphans(ctx.clone(), orphans).await;
+            if sweep {
+                relist::remove_leftovers(ctx).await;
+            }
+        })
+        .detach();
     }
 }
 

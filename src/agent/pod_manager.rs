@@ -476,6 +476,20 @@ mod tests {
         (uid.to_owned(), Control::Terminate { grace })
     }
 
+    /// One pass over the API server's pods on a node with 1000m of CPU and
+    /// no pressure; `in_api` tells which the API server still has.
+    fn sync_listing(
+        manager: &mut PodManager,
+        pods: ApiPods,
+        in_api: impl Fn(&str) -> bool,
+    ) -> Vec<Command> {
+        manager.api_pods(pods, in_api, &capacity(1000), Pressure::default(), now())
+    }
+
+    fn sync(manager: &mut PodManager, pods: ApiPods) -> Vec<Command> {
+        sync_listing(manager, pods, |_| true)
+    }
+
     #[test]
     fn static_pods_start_and_stop_with_their_manifests_once() {
         let mut manager = PodManager::default();
@@ -521,7 +535,7 @@ mod tests {
         let second = api_pod("second", 2, "600m");
         let third = api_pod("third", 3, "300m");
         let all = running(&[&third, &second, &first]);
-        let commands = manager.api_pods(all, |_| true, &capacity(1000), Pressure::default(), now());
+        let commands = sync(&mut manager, all);
         assert_eq!(
             started(&commands),
             vec!["first".to_owned(), "third".to_owned()]
@@ -549,18 +563,14 @@ mod tests {
             )
         };
         again.rejected.push(unsupported());
-        let commands =
-            manager.api_pods(again, |_| true, &capacity(1000), Pressure::default(), now());
+        let commands = sync(&mut manager, again);
         assert!(
             matches!(&commands[..], [Command::Refuse { uid, .. }] if uid == "odd"),
             "{commands:?}"
         );
         let mut again = running(&[&third, &second, &first]);
         again.rejected.push(unsupported());
-        assert_eq!(
-            manager.api_pods(again, |_| true, &capacity(1000), Pressure::default(), now()),
-            vec![]
-        );
+        assert_eq!(sync(&mut manager, again), vec![]);
     }
 
     #[test]
@@ -590,13 +600,7 @@ mod tests {
         let mut manager = PodManager::default();
         let a = api_pod("a", 1, "100m");
         let b = api_pod("b", 2, "100m");
-        manager.api_pods(
-            running(&[&a, &b]),
-            |_| true,
-            &capacity(1000),
-            Pressure::default(),
-            now(),
-        );
+        sync(&mut manager, running(&[&a, &b]));
         let grace = Some(Duration::from_secs(5));
         let reference = |uid: &str| PodRef {
             uid: uid.into(),
@@ -608,36 +612,18 @@ mod tests {
             ..Default::default()
         };
         // a is being deleted, b is gone from the API server.
-        let commands = manager.api_pods(
-            deleting(),
-            |uid| uid == "a",
-            &capacity(1000),
-            Pressure::default(),
-            now(),
-        );
+        let commands = sync_listing(&mut manager, deleting(), |uid| uid == "a");
         let mut got = told(&commands);
         got.sort_by(|x, y| x.0.cmp(&y.0));
         assert_eq!(got, vec![terminate("a", grace), terminate("b", None)]);
         // While a's worker stops, nothing more; once it has, its final
         // delete, once.
         assert_eq!(
-            manager.api_pods(
-                deleting(),
-                |uid| uid == "a",
-                &capacity(1000),
-                Pressure::default(),
-                now()
-            ),
+            sync_listing(&mut manager, deleting(), |uid| uid == "a"),
             vec![]
         );
         manager.finished("a");
-        let commands = manager.api_pods(
-            deleting(),
-            |uid| uid == "a",
-            &capacity(1000),
-            Pressure::default(),
-            now(),
-        );
+        let commands = sync_listing(&mut manager, deleting(), |uid| uid == "a");
         assert_eq!(
             commands,
             vec![Command::FinalDelete {
@@ -647,13 +633,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            manager.api_pods(
-                deleting(),
-                |uid| uid == "a",
-                &capacity(1000),
-                Pressure::default(),
-                now()
-            ),
+            sync_listing(&mut manager, deleting(), |uid| uid == "a"),
             vec![]
         );
     }
@@ -663,38 +643,20 @@ mod tests {
         let mut manager = PodManager::default();
         let small = api_pod("r", 1, "200m");
         let other = api_pod("o", 2, "500m");
-        manager.api_pods(
-            running(&[&small, &other]),
-            |_| true,
-            &capacity(1000),
-            Pressure::default(),
-            now(),
-        );
+        sync(&mut manager, running(&[&small, &other]));
         let big = {
             let mut pod = api_pod("r", 1, "700m");
             pod.qos = small.qos;
             pod
         };
-        let commands = manager.api_pods(
-            running(&[&big, &other]),
-            |_| true,
-            &capacity(1000),
-            Pressure::default(),
-            now(),
-        );
+        let commands = sync(&mut manager, running(&[&big, &other]));
         let got = told(&commands);
         assert!(
             matches!(&got[..], [(uid, Control::ResizePending(Some((reason, _))))] if uid == "r" && (reason == "Infeasible" || reason == "Deferred")),
             "{got:?}"
         );
         // The other pod gone: room for it now.
-        let commands = manager.api_pods(
-            running(&[&big]),
-            |_| true,
-            &capacity(1000),
-            Pressure::default(),
-            now(),
-        );
+        let commands = sync(&mut manager, running(&[&big]));
         let got = told(&commands);
         assert!(got.contains(&terminate("o", None)), "{got:?}");
         assert!(
@@ -706,16 +668,7 @@ mod tests {
             "{got:?}"
         );
         // The worker has it: nothing more.
-        assert_eq!(
-            told(&manager.api_pods(
-                running(&[&big]),
-                |_| true,
-                &capacity(1000),
-                Pressure::default(),
-                now()
-            )),
-            vec![]
-        );
+        assert_eq!(told(&sync(&mut manager, running(&[&big]))), vec![]);
     }
 
     #[test]
@@ -723,20 +676,8 @@ mod tests {
         let mut manager = PodManager::default();
         let a = api_pod("a", 1, "100m");
         let b = api_pod("b", 2, "100m");
-        manager.api_pods(
-            running(&[&a, &b]),
-            |_| true,
-            &capacity(1000),
-            Pressure::default(),
-            now(),
-        );
-        manager.api_pods(
-            running(&[&a]),
-            |_| true,
-            &capacity(1000),
-            Pressure::default(),
-            now(),
-        );
+        sync(&mut manager, running(&[&a, &b]));
+        sync(&mut manager, running(&[&a]));
         let uids: Vec<String> = manager.candidates().into_iter().map(|c| c.uid).collect();
         assert_eq!(uids, vec!["a".to_owned()]);
         assert_eq!(manager.burstable_cpu(), 200);
