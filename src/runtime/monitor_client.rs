@@ -397,6 +397,15 @@ mod tests {
     use super::*;
     use std::io::BufRead;
 
+    /// What `call` gives within `limit_ms`, or None.
+    async fn within<T>(limit_ms: u64, call: impl std::future::Future<Output = T>) -> Option<T> {
+        let give_up = async {
+            smol::Timer::after(std::time::Duration::from_millis(limit_ms)).await;
+            None
+        };
+        futures_lite::future::or(async { Some(call.await) }, give_up).await
+    }
+
     /// A monitor that never answers (stopped) does not hold up a shutdown.
     #[test]
     fn a_silent_monitor_does_not_hold_up_its_shutdown() {
@@ -444,20 +453,8 @@ mod tests {
             let mut connection = connect(&dir.0, exits).await.unwrap();
             let (bundle, log) = (dir.0.join("b"), dir.0.join("l"));
             // The first call gives up before its reply comes.
-            let abandoned = futures_lite::future::or(
-                async {
-                    Some(
-                        connection
-                            .create("x", &bundle, &log, Input::default())
-                            .await,
-                    )
-                },
-                async {
-                    smol::Timer::after(std::time::Duration::from_millis(200)).await;
-                    None
-                },
-            )
-            .await;
+            let abandoned =
+                within(200, connection.create("x", &bundle, &log, Input::default())).await;
             assert!(abandoned.is_none());
             release_tx.send(()).unwrap();
             let next = connection.create("x", &bundle, &log, Input::default());
@@ -497,35 +494,11 @@ mod tests {
             let (exits, _exits_rx) = smol::channel::unbounded();
             let mut connection = connect(&dir.0, exits).await.unwrap();
             let (bundle, log) = (dir.0.join("b"), dir.0.join("l"));
-            let within =
-                |limit_ms: u64| smol::Timer::after(std::time::Duration::from_millis(limit_ms));
-            let first = futures_lite::future::or(
-                async {
-                    Some(
-                        connection
-                            .create("x", &bundle, &log, Input::default())
-                            .await,
-                    )
-                },
-                async {
-                    within(200).await;
-                    None
-                },
-            )
-            .await;
+            let first = within(200, connection.create("x", &bundle, &log, Input::default())).await;
             assert!(first.is_none());
-            let second = futures_lite::future::or(
-                async {
-                    Some(
-                        connection
-                            .create("x", &bundle, &log, Input::default())
-                            .await,
-                    )
-                },
-                async {
-                    within(5000).await;
-                    None
-                },
+            let second = within(
+                5000,
+                connection.create("x", &bundle, &log, Input::default()),
             )
             .await;
             assert_eq!(second.map(|r| r.ok()), Some(Some(42)));
