@@ -8,7 +8,10 @@
 //!   off only that user (a node behind a broken link) while kubectl works;
 //! - `POST /compact`: forgets the watch window (older watches get 410);
 //! - `GET /requests`, `DELETE /requests`: the request record;
-//! - `POST /expire-leases`: runs the node lifecycle check now.
+//! - `POST /expire-leases`: runs the node lifecycle check now;
+//! - `POST /signing?duration=SECONDS&not-before=SECONDS`: certificates
+//!   signed from now on last this long and are valid from this far from
+//!   now (ahead: a board whose clock is behind sees them not yet valid).
 
 use std::convert::Infallible;
 use std::net::TcpListener;
@@ -62,6 +65,16 @@ fn handle(server: &Server, req: &Request<Incoming>) -> Response<Body> {
         }
         (&Method::POST, "/compact") => {
             server.api.store.borrow_mut().compact();
+            ok()
+        }
+        (&Method::POST, "/signing") => {
+            let seconds = |name: &str| query.get(name).and_then(|v| v.parse::<i64>().ok());
+            if let Some(duration) = seconds("duration").filter(|d| *d > 0) {
+                server.signing.duration.set(duration);
+            }
+            if let Some(offset) = seconds("not-before") {
+                server.signing.not_before.set(offset);
+            }
             ok()
         }
         (&Method::POST, "/expire-leases") => {

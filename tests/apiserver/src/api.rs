@@ -184,6 +184,36 @@ impl Api {
             let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
             let _ = api.create(namespaces(), None, object, &Query::new());
         }
+        // The real server's bootstrap-policy roles that a kubelet's TLS
+        // bootstrap and certificate rotation need; kubeadm binds them
+        // (`kubeadm:kubelet-bootstrap`, `kubeadm:node-autoapprove-*`), as
+        // this server's users do themselves.
+        if let Some(roles) = Resource::find("rbac.authorization.k8s.io", "v1", "clusterroles") {
+            let csr_rule = |resource: &str, verbs: &[&str]| json!({"apiGroups": ["certificates.k8s.io"], "resources": [resource], "verbs": verbs});
+            for (name, rule) in [
+                (
+                    "system:node-bootstrapper",
+                    csr_rule(
+                        "certificatesigningrequests",
+                        &["create", "get", "list", "watch"],
+                    ),
+                ),
+                (
+                    "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+                    csr_rule("certificatesigningrequests/nodeclient", &["create"]),
+                ),
+                (
+                    "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+                    csr_rule("certificatesigningrequests/selfnodeclient", &["create"]),
+                ),
+            ] {
+                let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                                 "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+                    "rules": [rule]});
+                let _ = api.create(roles, None, role, &Query::new());
+            }
+        }
         // The master service, as the real server keeps it.
         if let Some(services) = Resource::find("", "v1", "services") {
             let kubernetes = json!({"apiVersion": "v1", "kind": "Service",

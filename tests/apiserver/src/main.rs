@@ -8,7 +8,9 @@ mod admin;
 mod admission;
 mod api;
 mod authz;
+mod bootstrap;
 mod controllers;
+mod csr;
 mod defaults;
 mod managed;
 mod openapi;
@@ -41,6 +43,7 @@ use crate::server::{Faults, Server, User};
 const USAGE: &str =
     "usage: test-apiserver --listen 127.0.0.1:PORT --dir DIR [--admin-listen 127.0.0.1:PORT]
          [--bookmark-interval SECONDS] [--history N] [--node-grace SECONDS] [--auto-approve-csrs]
+         [--cluster-signing-duration SECONDS]
        test-apiserver node-kubeconfig NAME --dir DIR [--server URL]";
 
 fn main() -> anyhow::Result<()> {
@@ -56,6 +59,7 @@ fn main() -> anyhow::Result<()> {
     let mut bookmark_interval = Duration::from_secs(60);
     let mut history = 1000;
     let mut auto_approve = false;
+    let mut signing_duration: i64 = 365 * 24 * 3600;
     let mut admin_listen = None;
     let mut node_grace = Duration::from_secs(40);
     while let Some(arg) = parser.next()? {
@@ -67,6 +71,7 @@ fn main() -> anyhow::Result<()> {
             }
             Long("history") => history = parser.value()?.parse()?,
             Long("auto-approve-csrs") => auto_approve = true,
+            Long("cluster-signing-duration") => signing_duration = parser.value()?.parse()?,
             Long("admin-listen") => admin_listen = Some(parser.value()?.string()?),
             Long("node-grace") => node_grace = Duration::from_secs(parser.value()?.parse()?),
             Long("help") => {
@@ -121,6 +126,10 @@ fn main() -> anyhow::Result<()> {
         node_grace,
         signer,
         auto_approve,
+        signing: server::Signing {
+            duration: std::cell::Cell::new(signing_duration),
+            not_before: std::cell::Cell::new(0),
+        },
         ca,
         kubelet_tls,
     });

@@ -156,11 +156,13 @@ pub fn identity(cert_der: &[u8]) -> Option<(String, Vec<String>)> {
 
 impl Ca {
     /// Signs a PKCS#10 request (PEM) for `seconds`, for client or server
-    /// use as the CSR's usages say.
+    /// use as the CSR's usages say, valid from `not_before` seconds from
+    /// now (a minute back if that is not ahead).
     pub fn sign_request(
         &self,
         csr_pem: &str,
         usages: &[String],
+        not_before: i64,
         seconds: i64,
     ) -> Result<String, PkiError> {
         let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem)?;
@@ -169,8 +171,10 @@ impl Ca {
             time::OffsetDateTime::from_unix_timestamp(t)
                 .map_err(|e| PkiError::Validity(e.to_string()))
         };
-        csr.params.not_before = at(now - 60)?;
-        csr.params.not_after = at(now + seconds)?;
+        // A minute back, for clocks a little behind the server's.
+        let from = now + not_before - if not_before > 0 { 0 } else { 60 };
+        csr.params.not_before = at(from)?;
+        csr.params.not_after = at(from.max(now) + seconds)?;
         csr.params.extended_key_usages = usages
             .iter()
             .filter_map(|u| match u.as_str() {

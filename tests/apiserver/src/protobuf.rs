@@ -2,7 +2,8 @@
 //! the rest of the server works on.
 //!
 //! kubectl's typed commands (`create namespace|configmap|secret|
-//! serviceaccount|token`, `certificate approve|deny`) send protobuf and take
+//! serviceaccount|token|clusterrole|role|clusterrolebinding|rolebinding`,
+//! `certificate approve|deny`) send protobuf and take
 //! a JSON answer. The real server decodes with generated code; here each
 //! served kind has a table of its fields (numbers from the upstream
 //! `generated.proto` files), so adding a kind is adding data. Go's JSON
@@ -144,6 +145,8 @@ fn schema_of(api_version: &str, kind: &str) -> Option<&'static Message> {
         ("v1", "ServiceAccount") => &SERVICE_ACCOUNT,
         ("authentication.k8s.io/v1", "TokenRequest") => &TOKEN_REQUEST,
         ("certificates.k8s.io/v1", "CertificateSigningRequest") => &CSR,
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding" | "RoleBinding") => &ROLE_BINDING,
+        ("rbac.authorization.k8s.io/v1", "ClusterRole" | "Role") => &ROLE,
         _ => return None,
     })
 }
@@ -351,7 +354,7 @@ fn time_json(time: &Value) -> Value {
 }
 
 // Field tables, from the upstream generated.proto files (apimachinery
-// runtime and meta/v1, api core/v1, authentication/v1, certificates/v1). Go pointer fields are `pointer`, the rest `plain`.
+// runtime and meta/v1, api core/v1, authentication/v1, certificates/v1, rbac/v1). Go pointer fields are `pointer`, the rest `plain`.
 
 static UNKNOWN: Message = Message {
     name: "runtime.Unknown",
@@ -555,6 +558,55 @@ static BOUND_OBJECT_REFERENCE: Message = Message {
         plain(2, "apiVersion", Kind::String),
         plain(3, "name", Kind::String),
         plain(4, "uid", Kind::String),
+    ],
+};
+
+/// ClusterRoleBinding and RoleBinding have the same fields, as do
+/// ClusterRole and Role (a Role has no aggregationRule).
+static ROLE_BINDING: Message = Message {
+    name: "RoleBinding",
+    fields: &[
+        plain(1, "metadata", Kind::Message(&OBJECT_META)),
+        repeated(2, "subjects", Kind::Message(&SUBJECT)),
+        plain(3, "roleRef", Kind::Message(&ROLE_REF)),
+    ],
+};
+
+static SUBJECT: Message = Message {
+    name: "Subject",
+    fields: &[
+        plain(1, "kind", Kind::String),
+        plain(2, "apiGroup", Kind::String),
+        plain(3, "name", Kind::String),
+        plain(4, "namespace", Kind::String),
+    ],
+};
+
+static ROLE_REF: Message = Message {
+    name: "RoleRef",
+    fields: &[
+        plain(1, "apiGroup", Kind::String),
+        plain(2, "kind", Kind::String),
+        plain(3, "name", Kind::String),
+    ],
+};
+
+static ROLE: Message = Message {
+    name: "Role",
+    fields: &[
+        plain(1, "metadata", Kind::Message(&OBJECT_META)),
+        repeated(2, "rules", Kind::Message(&POLICY_RULE)),
+    ],
+};
+
+static POLICY_RULE: Message = Message {
+    name: "PolicyRule",
+    fields: &[
+        repeated(1, "verbs", Kind::String),
+        repeated(2, "apiGroups", Kind::String),
+        repeated(3, "resources", Kind::String),
+        repeated(4, "resourceNames", Kind::String),
+        repeated(5, "nonResourceURLs", Kind::String),
     ],
 };
 

@@ -48,6 +48,11 @@ pub fn subject_access_review(store: &Store, request: &Value) -> Value {
     })
 }
 
+/// Whether RBAC allows what a SubjectAccessReview's `spec` asks.
+pub fn allows(store: &Store, spec: &Value) -> bool {
+    decide(store, spec).0
+}
+
 fn strings(value: Option<&Value>) -> Vec<&str> {
     value
         .and_then(Value::as_array)

@@ -88,6 +88,14 @@ pub struct Faults {
     pub cut_off: RefCell<Option<String>>,
 }
 
+/// How the signers sign: for how long (kube-controller-manager's
+/// `--cluster-signing-duration`), and from when, as an offset from now in
+/// seconds (a clock ahead of a board's: certificates not yet valid).
+pub struct Signing {
+    pub duration: Cell<i64>,
+    pub not_before: Cell<i64>,
+}
+
 pub struct Server {
     pub api: Api,
     /// Bearer tokens: the admin's (no expiry) and issued service account
@@ -102,6 +110,7 @@ pub struct Server {
     pub signer: crate::tokens::Signer,
     /// Approve (and sign) every CertificateSigningRequest on creation.
     pub auto_approve: bool,
+    pub signing: Signing,
     pub ca: crate::pki::Ca,
     /// TLS toward kubelets, with the API server's client certificate.
     pub kubelet_tls: Arc<rustls::ClientConfig>,
@@ -300,7 +309,10 @@ impl Server {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
         {
-            return self.token_user(token.trim());
+            let token = token.trim();
+            return self
+                .token_user(token)
+                .or_else(|| crate::bootstrap::user(&self.api.store.borrow(), token));
         }
         cert_user
     }
@@ -568,22 +580,46 @@ impl Server {
             return Err(not_found_path());
         }
         let api = &self.api;
+        let verb = match (method, name) {
+            (&Method::GET, Some(_)) => "get",
+            (&Method::GET, None) if crate::api::flag(query.get("watch").map(String::as_str)) => {
+                "watch"
+            }
+            (&Method::GET, None) => "list",
+            (&Method::POST, _) => "create",
+            (&Method::PUT, _) => "update",
+            (&Method::PATCH, _) => "patch",
+            (&Method::DELETE, Some(_)) => "delete",
+            (&Method::DELETE, None) => "deletecollection",
+            _ => "unknown",
+        };
+        if user.groups.iter().any(|g| g == crate::bootstrap::GROUP) {
+            // What RBAC grants, as the real server's authorizer chain
+            // decides for anyone who is not a node (the test server checks
+            // only nodes and bootstrappers).
+            let review = json!({"user": user.name, "groups": user.groups,
+                "resourceAttributes": {"verb": verb, "group": group, "resource": resource.plural,
+                    "subresource": subresource.unwrap_or(""), "namespace": namespace.unwrap_or(""),
+                    "name": name.unwrap_or("")}});
+            if !crate::reviews::allows(&api.store.borrow(), &review) {
+                let what = match subresource {
+                    Some(sub) => format!("{}/{sub}", resource.plural),
+                    None => resource.plural.to_owned(),
+                };
+                let place = namespace
+                    .map(|ns| format!("in the namespace \"{ns}\""))
+                    .unwrap_or_else(|| "at the cluster scope".into());
+                return Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "{what} is forbidden: User \"{}\" cannot {verb} resource \"{what}\" in API group \"{group}\" {place}",
+                        user.name
+                    ),
+                ));
+            }
+        }
         if let Some(node) = crate::authz::node_of(user) {
-            let verb = match (method, name) {
-                (&Method::GET, Some(_)) => "get",
-                (&Method::GET, None)
-                    if crate::api::flag(query.get("watch").map(String::as_str)) =>
-                {
-                    "watch"
-                }
-                (&Method::GET, None) => "list",
-                (&Method::POST, _) => "create",
-                (&Method::PUT, _) => "update",
-                (&Method::PATCH, _) => "patch",
-                (&Method::DELETE, Some(_)) => "delete",
-                (&Method::DELETE, None) => "deletecollection",
-                _ => "unknown",
-            };
             let selected_name = query
                 .get("fieldSelector")
                 .and_then(|s| s.strip_prefix("metadata.name="))
@@ -688,18 +724,11 @@ impl Server {
                     object["spec"]["username"] = user.name.clone().into();
                     object["spec"]["groups"] = json!(user.groups);
                 }
-                let mut created = api.create(resource, namespace, object, query)?;
-                if csr && self.auto_approve {
-                    let name = created["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_owned();
-                    let mut approved = created.clone();
-                    approved["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved",
-                        "message": "approved by test-apiserver --auto-approve-csrs", "lastUpdateTime": crate::api::now()}]});
-                    created =
-                        api.update(resource, None, &name, Some("approval"), approved, query)?;
-                    created = self.sign_if_approved(resource, &name, created)?;
+                let created = api.create(resource, namespace, object, query)?;
+                if csr {
+                    // As kube-controller-manager would, a moment later: the
+                    // answer is the request as created, still pending.
+                    self.approve_csr(resource, &created)?;
                 }
                 if matches!(
                     (resource.group, resource.plural),
@@ -1043,8 +1072,36 @@ impl Server {
         .await
     }
 
+    /// The csrapproving controller (or, with `--auto-approve-csrs`, an
+    /// approval of everything), then the signer.
+    fn approve_csr(&self, resource: &Resource, created: &Value) -> ApiResult<()> {
+        let message = if self.auto_approve {
+            Some("approved by test-apiserver --auto-approve-csrs")
+        } else {
+            crate::csr::auto_approval(&self.api.store.borrow(), created)
+        };
+        let Some(message) = message else {
+            return Ok(());
+        };
+        let name = created["metadata"]["name"].as_str().unwrap_or("");
+        let mut approved = created.clone();
+        approved["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved",
+            "message": message, "lastUpdateTime": crate::api::now()}]});
+        let approved = self.api.update(
+            resource,
+            None,
+            name,
+            Some("approval"),
+            approved,
+            &Query::new(),
+        )?;
+        self.sign_if_approved(resource, name, approved)?;
+        Ok(())
+    }
+
     /// The signer: an approved request without a certificate gets one from
-    /// the server's CA; a denied one never does.
+    /// the server's CA, unless its signer refuses it (a `Failed`
+    /// condition); a denied one never does.
     fn sign_if_approved(&self, resource: &Resource, name: &str, csr: Value) -> ApiResult<Value> {
         let conditions = csr
             .pointer("/status/conditions")
@@ -1061,8 +1118,21 @@ impl Server {
             .pointer("/status/certificate")
             .and_then(Value::as_str)
             .is_some_and(|c| !c.is_empty());
-        if !approved || denied || signed {
+        let failed = conditions.iter().any(|c| c["type"] == "Failed");
+        if !approved || denied || signed || failed {
             return Ok(csr);
+        }
+        if let Some(why) = crate::csr::signer_refusal(&csr) {
+            let mut refused = csr;
+            let mut conditions = conditions;
+            conditions.push(
+                json!({"type": "Failed", "status": "True", "reason": "SignerValidationFailure",
+                "message": why, "lastUpdateTime": crate::api::now()}),
+            );
+            refused["status"]["conditions"] = conditions.into();
+            return self
+                .api
+                .update(resource, None, name, Some("status"), refused, &Query::new());
         }
         use base64::Engine;
         let engine = base64::engine::general_purpose::STANDARD;
@@ -1091,18 +1161,25 @@ impl Server {
                     .collect()
             })
             .unwrap_or_default();
+        // As kube-controller-manager: the signing duration, or less if the
+        // request asks for less.
+        let duration = self.signing.duration.get();
         let seconds = csr
             .pointer("/spec/expirationSeconds")
             .and_then(Value::as_i64)
-            .unwrap_or(365 * 24 * 3600);
-        let certificate = self.ca.sign_request(&pem, &usages, seconds).map_err(|e| {
-            ApiError::invalid(
-                "CertificateSigningRequest",
-                name,
-                "spec.request",
-                &e.to_string(),
-            )
-        })?;
+            .map_or(duration, |asked| asked.min(duration));
+        let not_before = self.signing.not_before.get();
+        let certificate = self
+            .ca
+            .sign_request(&pem, &usages, not_before, seconds)
+            .map_err(|e| {
+                ApiError::invalid(
+                    "CertificateSigningRequest",
+                    name,
+                    "spec.request",
+                    &e.to_string(),
+                )
+            })?;
         let mut with_cert = csr;
         with_cert["status"]["certificate"] = engine.encode(certificate).into();
         self.api.update(

@@ -829,6 +829,15 @@ fn kubectl_typed_commands_send_protobuf() {
 }
 
 fn csr_object(s: &ApiServer, name: &str) -> Value {
+    csr_for(
+        s,
+        name,
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        &["digital signature", "client auth"],
+    )
+}
+
+fn csr_for(s: &ApiServer, name: &str, signer: &str, usages: &[&str]) -> Value {
     use base64::Engine;
     let key = s.dir.join(format!("{name}.key"));
     let out = Command::new("openssl")
@@ -853,8 +862,8 @@ fn csr_object(s: &ApiServer, name: &str) -> Value {
     );
     json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": name},
         "spec": {"request": base64::engine::general_purpose::STANDARD.encode(&out.stdout),
-                 "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
-                 "usages": ["digital signature", "client auth"], "username": "someone-else"}})
+                 "signerName": signer,
+                 "usages": usages, "username": "someone-else"}})
 }
 
 fn verify_certificate(s: &ApiServer, csr: &Value) -> String {
@@ -894,7 +903,17 @@ fn certificate_signing_requests_approved_then_signed() {
     let (code, created) = s.call(
         "POST",
         "/apis/certificates.k8s.io/v1/certificatesigningrequests",
-        Some(("application/json", &csr_object(&s, "node-csr"))),
+        // Not a kubelet's signer: no controller approves it (a node client
+        // request from the admin, system:masters, it would).
+        Some((
+            "application/json",
+            &csr_for(
+                &s,
+                "node-csr",
+                "kubernetes.io/kube-apiserver-client",
+                &["digital signature", "client auth"],
+            ),
+        )),
     );
     assert_eq!(code, 201, "{created}");
     // The requester is the authenticated user, whatever the body says.
@@ -917,7 +936,8 @@ fn certificate_signing_requests_approved_then_signed() {
     assert!(subject.contains("system:node:edge-1"), "{subject}");
     assert!(s.kubectl_ok(&["get", "csr"], None).contains("Approved"));
 
-    // With the switch on, a request is approved and signed at once.
+    // With the switch on, every request is approved and signed (after
+    // the answer to its creation, as by a controller).
     let auto = ApiServer::start_with(&["--auto-approve-csrs"]);
     let (code, created) = auto.call(
         "POST",
@@ -925,7 +945,220 @@ fn certificate_signing_requests_approved_then_signed() {
         Some(("application/json", &csr_object(&auto, "auto"))),
     );
     assert_eq!(code, 201);
-    verify_certificate(&auto, &created);
+    assert!(created["status"].get("certificate").is_none(), "{created}");
+    verify_certificate(&auto, &csr_named(&auto, "auto"));
+}
+
+fn csr_named(s: &ApiServer, name: &str) -> Value {
+    let (code, csr) = s.call(
+        "GET",
+        &format!("/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}"),
+        None,
+    );
+    assert_eq!(code, 200, "{csr}");
+    csr
+}
+
+fn condition(csr: &Value) -> (String, String) {
+    let last = csr
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.last())
+        .cloned()
+        .unwrap_or_default();
+    (
+        last["type"].as_str().unwrap_or("Pending").to_owned(),
+        last["reason"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+/// A node's TLS bootstrap as kubeadm sets it up: a bootstrap token Secret,
+/// and bindings of the bootstrap-policy roles to system:bootstrappers (and
+/// to system:nodes for renewals). The token's user may then create a CSR,
+/// which the csrapproving controller approves for a node client
+/// certificate, and nothing else; a serving certificate waits for an
+/// administrator, and the signer refuses one without addresses.
+#[test]
+fn bootstrap_tokens_and_the_kubelet_csr_approver() {
+    let s = ApiServer::start_with(&["--cluster-signing-duration", "3600"]);
+    let token = |id: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("bootstrap-token-{id}"), "namespace": "kube-system"},
+            "type": "bootstrap.kubernetes.io/token",
+            "stringData": {"token-id": id, "token-secret": "0123456789abcdef",
+                           "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true",
+                           "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}})
+    };
+    s.kubectl_ok(&["apply", "-f", "-"], Some(&token("abcdef").to_string()));
+    let mut expired = token("expird");
+    expired["stringData"]["expiration"] = "2020-01-01T00:00:00Z".into();
+    s.kubectl_ok(&["apply", "-f", "-"], Some(&expired.to_string()));
+    let bootstrap = |token: &str| {
+        let path = s.dir.join(format!("bootstrap-{token}.kubeconfig"));
+        let config = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{}\", certificate-authority: \"{}\"}}\nusers:\n- name: b\n  user: {{token: \"{token}\"}}\ncontexts:\n- name: b\n  context: {{cluster: c, user: b}}\ncurrent-context: b\n",
+            s.url,
+            s.dir.join("ca.crt").display()
+        );
+        std::fs::write(&path, config).unwrap();
+        path
+    };
+    let valid = bootstrap("abcdef.0123456789abcdef");
+    let create = |kubeconfig: &std::path::Path, csr: &Value| {
+        s.kubectl_with(kubeconfig, &["create", "-f", "-"], Some(&csr.to_string()))
+    };
+    // A wrong secret, an unknown ID or an expired token: not a user at all.
+    for wrong in [
+        "abcdef.0123456789abcdee",
+        "fedcba.0123456789abcdef",
+        "expird.0123456789abcdef",
+    ] {
+        let (ok, _, err) = create(&bootstrap(wrong), &csr_object(&s, "nobody"));
+        // kubectl's words for a 401.
+        assert!(!ok && err.contains("provide credentials"), "{wrong}: {err}");
+    }
+    // Known, but nothing bound to its groups yet.
+    let (ok, _, err) = create(&valid, &csr_object(&s, "too-early"));
+    assert!(!ok && err.contains("forbidden"), "{err}");
+    assert!(err.contains("system:bootstrap:abcdef"), "{err}");
+
+    s.kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            "kubelet-bootstrap",
+            "--clusterrole=system:node-bootstrapper",
+            "--group=system:bootstrappers",
+        ],
+        None,
+    );
+    s.kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            "node-autoapprove-bootstrap",
+            "--clusterrole=system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            "--group=system:bootstrappers:kubeadm:default-node-token",
+        ],
+        None,
+    );
+    let (ok, _, err) = create(&valid, &csr_object(&s, "node-client"));
+    assert!(ok, "{err}");
+    let csr = csr_named(&s, "node-client");
+    assert_eq!(csr["spec"]["username"], "system:bootstrap:abcdef");
+    assert_eq!(condition(&csr), ("Approved".into(), "AutoApproved".into()));
+    let subject = verify_certificate(&s, &csr);
+    assert!(subject.contains("system:node:edge-1"), "{subject}");
+    // Signed for the signing duration: an hour (and the minute back).
+    let dates = Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-startdate",
+            "-enddate",
+            "-dateopt",
+            "iso_8601",
+            "-in",
+        ])
+        .arg(s.dir.join("issued.crt"))
+        .output()
+        .unwrap();
+    let dates = String::from_utf8_lossy(&dates.stdout).into_owned();
+    let at = |field: &str| -> jiff::Timestamp {
+        let line = dates.lines().find(|l| l.starts_with(field)).unwrap();
+        line[field.len()..]
+            .trim()
+            .replace(' ', "T")
+            .parse()
+            .unwrap()
+    };
+    let life = at("notAfter=").as_second() - at("notBefore=").as_second();
+    assert_eq!(life, 3660, "{dates}");
+    // The token is for bootstrapping only.
+    let (ok, _, err) = s.kubectl_with(&valid, &["get", "pods"], None);
+    assert!(!ok && err.contains("forbidden"), "{err}");
+
+    // A serving certificate is not the controller's to approve; approved by
+    // hand, the signer refuses one that names no address.
+    let serving = csr_for(
+        &s,
+        "serving",
+        "kubernetes.io/kubelet-serving",
+        &["digital signature", "server auth"],
+    );
+    let (ok, _, err) = create(&valid, &serving);
+    assert!(ok, "{err}");
+    assert_eq!(condition(&csr_named(&s, "serving")).0, "Pending");
+    s.kubectl_ok(&["certificate", "approve", "serving"], None);
+    let refused = csr_named(&s, "serving");
+    assert_eq!(
+        condition(&refused),
+        ("Failed".into(), "SignerValidationFailure".into())
+    );
+    assert!(refused["status"].get("certificate").is_none(), "{refused}");
+
+    // A node renewing its own client certificate: approved once
+    // system:nodes may ask for its own.
+    let config = Command::new(env!("CARGO_BIN_EXE_test-apiserver"))
+        .args(["node-kubeconfig", "edge-1", "--dir"])
+        .arg(&s.dir)
+        .output()
+        .unwrap();
+    let node = s.dir.join("node.kubeconfig");
+    std::fs::write(&node, &config.stdout).unwrap();
+    let (ok, _, err) = create(&node, &csr_object(&s, "renewal-early"));
+    assert!(ok, "{err}");
+    assert_eq!(condition(&csr_named(&s, "renewal-early")).0, "Pending");
+    s.kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            "node-autoapprove-certificate-rotation",
+            "--clusterrole=system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            "--group=system:nodes",
+        ],
+        None,
+    );
+    let (ok, _, err) = create(&node, &csr_object(&s, "renewal"));
+    assert!(ok, "{err}");
+    let renewal = csr_named(&s, "renewal");
+    assert_eq!(
+        renewal.pointer("/status/conditions/0/message"),
+        Some(&json!(
+            "Auto approving self kubelet client certificate after SubjectAccessReview."
+        ))
+    );
+    verify_certificate(&s, &renewal);
+
+    // A clock ahead of the board's: what is signed now is not valid yet.
+    s.admin("POST", "/signing?not-before=86400");
+    let (ok, _, err) = create(&node, &csr_object(&s, "from-the-future"));
+    assert!(ok, "{err}");
+    let future = csr_named(&s, "from-the-future");
+    verify_certificate_fails(&s, &future, "not yet valid");
+}
+
+fn verify_certificate_fails(s: &ApiServer, csr: &Value, why: &str) {
+    use base64::Engine;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(
+            csr["status"]["certificate"]
+                .as_str()
+                .expect("a certificate"),
+        )
+        .unwrap();
+    let file = s.dir.join("future.crt");
+    std::fs::write(&file, &pem).unwrap();
+    let out = Command::new("openssl")
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(s.dir.join("ca.crt"))
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && text.contains(why), "{text}");
 }
 
 /// A stand-in kubelet: HTTPS that requires a client certificate from the
