@@ -39,9 +39,10 @@ impl Documents {
                 Some(kind) => match kind.as_str() {
                     Some("KubeletConfiguration") => Kind::Kubelet,
                     Some("NanoletConfiguration") => Kind::Nanolet,
-                    _ => {
+                    named => {
+                        let kind = named.map_or_else(|| format!("{kind:?}"), |k| format!("{k:?}"));
                         return Err(format!(
-                            "unknown kind {kind:?} (expected KubeletConfiguration or NanoletConfiguration)"
+                            "unknown kind {kind} (expected KubeletConfiguration or NanoletConfiguration)"
                         ));
                     }
                 },
