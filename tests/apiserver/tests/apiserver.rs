@@ -866,7 +866,9 @@ fn csr_for(s: &ApiServer, name: &str, signer: &str, usages: &[&str]) -> Value {
                  "usages": usages, "username": "someone-else"}})
 }
 
-fn verify_certificate(s: &ApiServer, csr: &Value) -> String {
+/// `openssl verify` of the certificate a CSR was issued, against the
+/// server's CA: whether it passed, and what openssl said.
+fn openssl_verify(s: &ApiServer, csr: &Value, file: &std::path::Path) -> (bool, String) {
     use base64::Engine;
     let pem = base64::engine::general_purpose::STANDARD
         .decode(
@@ -875,20 +877,23 @@ fn verify_certificate(s: &ApiServer, csr: &Value) -> String {
                 .expect("a certificate"),
         )
         .unwrap();
-    let file = s.dir.join("issued.crt");
-    std::fs::write(&file, &pem).unwrap();
+    std::fs::write(file, &pem).unwrap();
     let out = Command::new("openssl")
         .arg("verify")
         .arg("-CAfile")
         .arg(s.dir.join("ca.crt"))
-        .arg(&file)
+        .arg(file)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), said)
+}
+
+fn verify_certificate(s: &ApiServer, csr: &Value) -> String {
+    let file = s.dir.join("issued.crt");
+    let (ok, said) = openssl_verify(s, csr, &file);
+    assert!(ok, "{said}");
     let subject = Command::new("openssl")
         .args(["x509", "-noout", "-subject", "-in"])
         .arg(&file)
@@ -1139,26 +1144,8 @@ fn bootstrap_tokens_and_the_kubelet_csr_approver() {
 }
 
 fn verify_certificate_fails(s: &ApiServer, csr: &Value, why: &str) {
-    use base64::Engine;
-    let pem = base64::engine::general_purpose::STANDARD
-        .decode(
-            csr["status"]["certificate"]
-                .as_str()
-                .expect("a certificate"),
-        )
-        .unwrap();
-    let file = s.dir.join("future.crt");
-    std::fs::write(&file, &pem).unwrap();
-    let out = Command::new("openssl")
-        .arg("verify")
-        .arg("-CAfile")
-        .arg(s.dir.join("ca.crt"))
-        .arg(&file)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && text.contains(why), "{text}");
+    let (ok, said) = openssl_verify(s, csr, &s.dir.join("future.crt"));
+    assert!(!ok && said.contains(why), "{said}");
 }
 
 /// A stand-in kubelet: HTTPS that requires a client certificate from the
