@@ -720,9 +720,12 @@ impl Server {
                 let csr = (resource.group, resource.plural)
                     == ("certificates.k8s.io", "certificatesigningrequests");
                 if csr && object.get("spec").is_some_and(Value::is_object) {
-                    // The requester is whoever sent it, not what it claims.
+                    // The requester is whoever sent it, not what it claims;
+                    // and a request starts with no status (no approval, no
+                    // certificate), as the real server's strategy resets it.
                     object["spec"]["username"] = user.name.clone().into();
                     object["spec"]["groups"] = json!(user.groups);
+                    object["status"] = json!({});
                 }
                 let created = api.create(resource, namespace, object, query)?;
                 if csr {

@@ -905,22 +905,24 @@ fn verify_certificate(s: &ApiServer, csr: &Value) -> String {
 #[test]
 fn certificate_signing_requests_approved_then_signed() {
     let s = ApiServer::start();
+    // Not a kubelet's signer: no controller approves it (a node client
+    // request from the admin, system:masters, it would). Its status, an
+    // approval and a certificate of its own making, is not kept.
+    let mut request = csr_for(
+        &s,
+        "node-csr",
+        "kubernetes.io/kube-apiserver-client",
+        &["digital signature", "client auth"],
+    );
+    request["status"] = json!({"certificate": "Zm9v",
+        "conditions": [{"type": "Approved", "status": "True", "reason": "Mine"}]});
     let (code, created) = s.call(
         "POST",
         "/apis/certificates.k8s.io/v1/certificatesigningrequests",
-        // Not a kubelet's signer: no controller approves it (a node client
-        // request from the admin, system:masters, it would).
-        Some((
-            "application/json",
-            &csr_for(
-                &s,
-                "node-csr",
-                "kubernetes.io/kube-apiserver-client",
-                &["digital signature", "client auth"],
-            ),
-        )),
+        Some(("application/json", &request)),
     );
     assert_eq!(code, 201, "{created}");
+    assert_eq!(created["status"], json!({}));
     // The requester is the authenticated user, whatever the body says.
     assert_eq!(created["spec"]["username"], "admin-token");
     assert!(created["status"].get("certificate").is_none());
@@ -1082,6 +1084,34 @@ fn bootstrap_tokens_and_the_kubelet_csr_approver() {
     // The token is for bootstrapping only.
     let (ok, _, err) = s.kubectl_with(&valid, &["get", "pods"], None);
     assert!(!ok && err.contains("forbidden"), "{err}");
+
+    // The same with the official Python client.
+    let request = csr_for(
+        &s,
+        "python",
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        &["digital signature", "client auth"],
+    );
+    let python = Command::new("/usr/bin/python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/python_bootstrap_csr.py"
+        ))
+        .arg(&s.url)
+        .arg(s.dir.join("ca.crt"))
+        .arg("abcdef.0123456789abcdef")
+        .arg(request["spec"]["request"].as_str().unwrap())
+        .output()
+        .unwrap();
+    let seen: Value = serde_json::from_slice(&python.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&python.stderr)));
+    assert_eq!(seen["pending_at_creation"], true, "{seen}");
+    assert_eq!(seen["reasons"], json!(["AutoApproved"]), "{seen}");
+    assert_eq!(
+        seen["certificate"], "LS0tLS1CRUdJTiBDRVJUSUZJQ0FU",
+        "{seen}"
+    );
+    assert_eq!(seen["pods"], 403, "{seen}");
 
     // A serving certificate is not the controller's to approve; approved by
     // hand, the signer refuses one that names no address.
