@@ -2717,7 +2717,9 @@ fn node_logs_are_served_from_var_log_only() {
 
     let registry = Registry::start();
     let api = ApiServer::start();
-    let _agent = Agent::join(&registry, &api, "edge-22", &[]);
+    let agent = Agent::join(&registry, &api, "edge-22", &[]);
+    // The node proxy needs the node's record and its port: registered first.
+    kubelet_port(&api, &agent, "edge-22");
     let raw = |path: &str| {
         kubectl_env(
             &api,
