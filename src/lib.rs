@@ -2,6 +2,7 @@
 //! and the test API server reuses its pod model and HTTP plumbing.
 
 pub mod agent;
+pub(crate) mod certificates;
 pub mod cgroup;
 pub mod cli;
 pub mod config;

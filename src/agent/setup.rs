@@ -83,16 +83,25 @@ pub(super) async fn context(
     let executable =
         std::env::current_exe().map_err(|e| AgentError::Setup(format!("own executable: {e}")))?;
 
-    let cluster = match &config.kubeconfig {
-        Some(path) => {
-            let kubeconfig = crate::kube::Kubeconfig::load(path)
-                .map_err(|e| AgentError::Setup(e.to_string()))?;
+    let credentials =
+        crate::certificates::prepare(&config).map_err(|e| AgentError::Setup(e.to_string()))?;
+    let cluster = match credentials {
+        Some(credentials) => {
+            let kubeconfig = credentials.kubeconfig;
             log::info!(
                 "joining the cluster at {} as node {}",
                 kubeconfig.server,
                 config.node_name
             );
             let api = Api::new(&kubeconfig, &config.node_name);
+            if let Some(manager) = credentials.manager {
+                // Before anything else can send: nothing goes out with
+                // credentials the node cannot use.
+                if !manager.usable_now() {
+                    api.hold().await;
+                }
+                crate::rt::spawn(manager.run(api.clone())).detach();
+            }
             let (pods, changed) = Reflector::new(
                 api.clone(),
                 "/api/v1/pods",
@@ -260,7 +269,31 @@ pub(super) async fn join(
         api.clone(),
         &ctx.config.node_name,
     );
-    let server = crate::server::bind(super::server_deps(ctx), Rc::new(authority))
+    let deps = super::server_deps(ctx);
+    let serving = crate::server::serving_cert::ServingCert::for_node(&deps)
+        .map(std::sync::Arc::new)
+        .map_err(|e| AgentError::Setup(format!("kubelet API: {e}")))?;
+    if ctx.config.server_tls_bootstrap {
+        let events = ctx.events.clone();
+        let notify = Box::new(move |message: &str| {
+            if let Some(events) = &events {
+                events.record_node(
+                    events::EventType::Normal,
+                    "ServingCertificate",
+                    message.to_owned(),
+                );
+            }
+        });
+        let manager = crate::certificates::serving::ServingCertificates::new(
+            &ctx.config.cert_dir(),
+            &ctx.config.node_name,
+            ctx.host_ip,
+            serving.clone(),
+            notify,
+        );
+        crate::rt::spawn(manager.run(api.clone())).detach();
+    }
+    let server = crate::server::bind(deps, Rc::new(authority), serving)
         .map_err(|e| AgentError::Setup(format!("kubelet API: {e}")))?;
     crate::rt::spawn(server).detach();
     let mirrors = mirror::MirrorManager::new(

@@ -288,6 +288,15 @@ fn resolve(
         config.cluster_domain = domain.trim_end_matches('.').to_owned();
     }
     config.kubeconfig = nanolet.kubeconfig;
+    config.bootstrap_kubeconfig = nanolet.bootstrap_kubeconfig;
+    if config.bootstrap_kubeconfig.is_some() && config.kubeconfig.is_none() {
+        return Err(
+            "bootstrapKubeconfig: needs kubeconfig, where the node's own is written".into(),
+        );
+    }
+    config.cert_dir = nanolet.cert_dir;
+    config.rotate_certificates = kubelet.rotate_certificates.unwrap_or(false);
+    config.server_tls_bootstrap = kubelet.server_tls_bootstrap.unwrap_or(false);
     // Upstream's: a name given is lowercased, an empty one is none.
     if let Some(name) = nanolet.hostname_override.filter(|n| !n.is_empty()) {
         config.node_name = name.to_lowercase();
@@ -395,6 +404,9 @@ struct KubeletConfigurationDoc {
     enable_system_log_handler: Option<bool>,
     tls_cert_file: Option<PathBuf>,
     tls_private_key_file: Option<PathBuf>,
+    rotate_certificates: Option<bool>,
+    #[serde(rename = "serverTLSBootstrap")]
+    server_tls_bootstrap: Option<bool>,
     authentication: Option<AuthenticationDoc>,
     authorization: Option<AuthorizationDoc>,
     #[serde(rename = "clusterDNS", default)]
@@ -466,6 +478,8 @@ struct NanoletConfigurationDoc {
     /// Flag-only upstream (`--kubeconfig`, `--hostname-override`,
     /// `--node-ip`): here so that every flag has a field.
     kubeconfig: Option<PathBuf>,
+    bootstrap_kubeconfig: Option<PathBuf>,
+    cert_dir: Option<PathBuf>,
     hostname_override: Option<String>,
     #[serde(rename = "nodeIP")]
     node_ip: Option<std::net::IpAddr>,

@@ -101,6 +101,9 @@ const FLAGS: &[Flag] = &[
     flag("insecure-registry", Nanolet, &["insecureRegistries"], Repeated, "HOST", "a registry reached over plain HTTP (repeatable)"),
     flag("docker-config", Nanolet, &["dockerConfig"], Text, "FILE", "the node's registry credentials, a Docker config.json (<state>/config.json, ~/.docker/config.json)"),
     flag("kubeconfig", Nanolet, &["kubeconfig"], Text, "FILE", "join the cluster of this kubeconfig (else standalone)"),
+    flag("bootstrap-kubeconfig", Nanolet, &["bootstrapKubeconfig"], Text, "FILE", "credentials to ask for a client certificate with, writing --kubeconfig"),
+    flag("cert-dir", Nanolet, &["certDir"], Text, "DIR", "the node's certificates and keys (<state-dir>/pki)"),
+    flag("rotate-certificates", Kubelet, &["rotateCertificates"], Bool, "BOOL", "renew the client certificate at 70-90% of its life (false)"),
     flag("hostname-override", Nanolet, &["hostnameOverride"], Text, "NAME", "the node's name (the hostname, lowercased)"),
     flag("node-ip", Nanolet, &["nodeIP"], Text, "IP", "the node's InternalIP (the default route's)"),
     flag("node-labels", Nanolet, &["nodeLabels"], KeyValues, "K=V,...", "labels set at registration"),
@@ -258,7 +261,7 @@ mod tests {
             "oom-score-adj" => "-5",
             "address" | "healthz-bind-address" | "node-ip" => "192.0.2.1",
             "port" | "read-only-port" | "healthz-port" => "1234",
-            "anonymous-auth" => "true",
+            "anonymous-auth" | "rotate-certificates" => "true",
             "authentication-token-webhook" => "false",
             "authorization-mode" => "AlwaysAllow",
             "eviction-hard" => "memory.available<1Gi",
@@ -283,7 +286,12 @@ mod tests {
         let default = format!("{:?}", Config::default());
         for flag in FLAGS {
             let value = sample(flag);
-            let config = Config::load(None, &given(&[(flag.name, value)]))
+            let mut flags = vec![(flag.name, value)];
+            // A bootstrap writes the kubeconfig: it needs one named.
+            if flag.name == "bootstrap-kubeconfig" {
+                flags.push(("kubeconfig", "/k"));
+            }
+            let config = Config::load(None, &given(&flags))
                 .unwrap_or_else(|e| panic!("--{} {value}: {e}", flag.name));
             assert_ne!(format!("{config:?}"), default, "--{} {value}", flag.name);
             assert!(help().contains(&format!("--{} ", flag.name)));

@@ -102,6 +102,16 @@ pub struct Config {
     pub layer_setuid: bool,
     /// Cluster mode: the API server to join (standalone without it).
     pub kubeconfig: Option<PathBuf>,
+    /// TLS bootstrap: the credentials (a bootstrap token) the node asks the
+    /// cluster for its client certificate with when `kubeconfig` is missing
+    /// or its certificate expired; `kubeconfig` is written then.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where the node's certificates and keys live (`<stateDir>/pki`).
+    pub cert_dir: Option<PathBuf>,
+    /// A new client certificate at 70–90 % of the current one's life.
+    pub rotate_certificates: bool,
+    /// The kubelet API's serving certificate from the cluster.
+    pub server_tls_bootstrap: bool,
     pub node_name: String,
     /// The InternalIP reported; detected from the default route if unset.
     pub node_ip: Option<std::net::IpAddr>,
@@ -224,6 +234,10 @@ impl Default for Config {
             layer_refuse_devices: false,
             layer_setuid: true,
             kubeconfig: None,
+            bootstrap_kubeconfig: None,
+            cert_dir: None,
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
             node_name: default_node_name(),
             node_ip: None,
             node_labels: BTreeMap::new(),
@@ -265,6 +279,14 @@ fn default_node_name() -> String {
 }
 
 impl Config {
+    /// The node's certificates and keys: `certDir`, else `<stateDir>/pki`
+    /// (where the self-signed serving pair has always been).
+    pub fn cert_dir(&self) -> PathBuf {
+        self.cert_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("pki"))
+    }
+
     /// Where the node's registry credentials are looked for, as upstream's
     /// kubelet does (its root dir, then the Docker client's places): the
     /// configured file alone, else these in order.

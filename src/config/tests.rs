@@ -212,3 +212,24 @@ fn image_gc_fields_as_upstream_validates_them() {
         assert!(err.contains("image"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn a_bootstrap_needs_a_kubeconfig_to_write_and_the_cert_dir_defaults_under_the_state() {
+    let err = with_flags(&[("bootstrap-kubeconfig", "/b")]).unwrap_err();
+    assert!(err.to_string().contains("needs kubeconfig"), "{err}");
+    let c = with_flags(&[
+        ("bootstrap-kubeconfig", "/b"),
+        ("kubeconfig", "/k"),
+        ("state-dir", "/s"),
+    ])
+    .unwrap();
+    assert_eq!(c.cert_dir(), Path::new("/s/pki"));
+    assert!(!c.rotate_certificates && !c.server_tls_bootstrap);
+    let c = Config::parse(
+        "kind: KubeletConfiguration\nrotateCertificates: true\nserverTLSBootstrap: true\n---\nkind: NanoletConfiguration\ncertDir: /p\n",
+        Path::new("c"),
+    )
+    .unwrap();
+    assert!(c.rotate_certificates && c.server_tls_bootstrap);
+    assert_eq!(c.cert_dir(), Path::new("/p"));
+}

@@ -6,7 +6,7 @@ pub mod insecure;
 pub mod io;
 pub(crate) mod proxy;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -125,10 +125,37 @@ struct Inner {
     tls: RefCell<Option<Arc<ClientConfig>>>,
     /// Hosts (host[:port]) that may be reached over plain HTTP.
     plain_http: Vec<String>,
-    idle: RefCell<HashMap<String, Vec<Sender>>>,
+    /// Connections between requests, each with the generation it was made
+    /// in: one made before [`Client::forget_idle`] is not used again.
+    idle: RefCell<HashMap<String, Vec<(u64, Sender)>>>,
+    generation: Cell<u64>,
     /// Longest wait for a connection or a response's head.
     timeout: Duration,
     proxy: proxy::ProxyConfig,
+}
+
+/// Why a handshake failed; a certificate outside its validity names this
+/// node's clock, which is the likelier culprit on a board without a
+/// real-time clock that has not heard from NTP yet.
+fn handshake_failure(error: &std::io::Error) -> String {
+    use rustls::{CertificateError, Error};
+    let message = error.to_string();
+    let clock = matches!(
+        error.get_ref().and_then(|e| e.downcast_ref::<Error>()),
+        Some(Error::InvalidCertificate(
+            CertificateError::NotValidYet
+                | CertificateError::NotValidYetContext { .. }
+                | CertificateError::Expired
+                | CertificateError::ExpiredContext { .. },
+        ))
+    );
+    if !clock {
+        return message;
+    }
+    format!(
+        "{message} (this node's clock reads {}: is it right? A board without a real-time clock keeps an old time until NTP sets it)",
+        jiff::Timestamp::now()
+    )
 }
 
 /// Scheme, host and port of a URL, as the pool keys connections.
@@ -170,6 +197,7 @@ impl Client {
                 tls: RefCell::new(None),
                 plain_http,
                 idle: RefCell::new(HashMap::new()),
+                generation: Cell::new(0),
                 timeout: STALL_TIMEOUT,
                 proxy: proxy::ProxyConfig::from_env(),
             }),
@@ -186,6 +214,7 @@ impl Client {
                 tls: RefCell::new(Some(config)),
                 plain_http: Vec::new(),
                 idle: RefCell::new(HashMap::new()),
+                generation: Cell::new(0),
                 timeout,
                 proxy: proxy::ProxyConfig::from_env(),
             }),
@@ -280,7 +309,7 @@ impl Client {
                     .await
                     .map_err(|e| HttpError::Tls {
                         url: url.to_string(),
-                        message: e.to_string(),
+                        message: handshake_failure(&e),
                     })
             })
             .await?;
@@ -303,11 +332,20 @@ impl Client {
         Ok(sender)
     }
 
-    fn checkout(&self, key: &str) -> Option<Sender> {
+    /// Drops every idle connection, and those in use once their request
+    /// is done: the next request makes a new one (with a new client
+    /// certificate, after a rotation).
+    pub fn forget_idle(&self) {
+        self.inner.generation.set(self.inner.generation.get() + 1);
+        self.inner.idle.borrow_mut().clear();
+    }
+
+    fn checkout(&self, key: &str) -> Option<(u64, Sender)> {
+        let generation = self.inner.generation.get();
         let mut idle = self.inner.idle.borrow_mut();
         let senders = idle.get_mut(key)?;
-        senders.retain(|s| !s.is_closed());
-        let pos = senders.iter().position(|s| s.is_ready())?;
+        senders.retain(|(made, s)| *made == generation && !s.is_closed());
+        let pos = senders.iter().position(|(_, s)| s.is_ready())?;
         Some(senders.swap_remove(pos))
     }
 
@@ -335,9 +373,12 @@ impl Client {
             });
         }
         let key = format!("{tls}/{host}/{port}");
-        let mut sender = match self.checkout(&key) {
-            Some(s) => s,
-            None => self.connect(url).await?,
+        let (made, mut sender) = match self.checkout(&key) {
+            Some(pooled) => pooled,
+            None => {
+                let made = self.inner.generation.get();
+                (made, self.connect(url).await?)
+            }
         };
         let path = url.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let mut request = Request::builder()
@@ -365,8 +406,8 @@ impl Client {
         // then `checkout` passes it over.
         let mut idle = self.inner.idle.borrow_mut();
         let senders = idle.entry(key).or_default();
-        if senders.len() < IDLE_PER_HOST {
-            senders.push(sender);
+        if senders.len() < IDLE_PER_HOST && made == self.inner.generation.get() {
+            senders.push((made, sender));
         }
         Ok(response)
     }
@@ -507,6 +548,20 @@ pub async fn next_chunk_within(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_certificate_out_of_its_validity_names_the_clock() {
+        use rustls::{CertificateError, Error};
+        // As futures-rustls hands a failed handshake over.
+        let failed = |e: Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        for cause in [CertificateError::NotValidYet, CertificateError::Expired] {
+            let message = handshake_failure(&failed(Error::InvalidCertificate(cause)));
+            assert!(message.contains("this node's clock reads"), "{message}");
+        }
+        let message =
+            handshake_failure(&failed(Error::InvalidCertificate(CertificateError::BadSignature)));
+        assert!(!message.contains("clock"), "{message}");
+    }
 
     #[test]
     fn resolves_locations() {

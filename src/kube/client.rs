@@ -3,6 +3,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
+
+use smol::lock::{RwLock, RwLockWriteGuardArc};
 
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
@@ -98,6 +101,16 @@ pub struct Api {
     user_agent: HeaderValue,
     requests: Rc<Cell<u64>>,
     outage: Rc<RefCell<OutageLog>>,
+    gate: Rc<Gate>,
+}
+
+/// Requests wait here while the node has no credentials it can use (a
+/// bootstrap under way, a certificate not valid yet): as in an outage,
+/// nothing is sent, and nothing is refused for want of a certificate.
+#[derive(Default)]
+struct Gate {
+    lock: Arc<RwLock<()>>,
+    closed: RefCell<Option<RwLockWriteGuardArc<()>>>,
 }
 
 impl Api {
@@ -111,7 +124,32 @@ impl Api {
                 .unwrap_or(HeaderValue::from_static("nanolet")),
             requests: Rc::new(Cell::new(0)),
             outage: Rc::default(),
+            gate: Rc::default(),
         }
+    }
+
+    /// Holds every request until [`Api::release`]: what is in flight goes on.
+    pub async fn hold(&self) {
+        if self.gate.closed.borrow().is_some() {
+            return;
+        }
+        let guard = self.gate.lock.write_arc().await;
+        *self.gate.closed.borrow_mut() = Some(guard);
+    }
+
+    /// Lets requests go again.
+    pub fn release(&self) {
+        self.gate.closed.borrow_mut().take();
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.gate.closed.borrow().is_some()
+    }
+
+    /// Closes the idle connections: the next request handshakes again, with
+    /// the client certificate shown now. Streams in use (watches) go on.
+    pub fn reconnect(&self) {
+        self.http.forget_idle();
     }
 
     /// Requests sent so far, for the agent's own metrics.
@@ -165,6 +203,7 @@ impl Api {
         content_type: Option<&'static str>,
         body: Bytes,
     ) -> Result<(Uri, hyper::Response<Incoming>), KubeError> {
+        drop(self.gate.lock.read().await);
         let url = self.url(path)?;
         let mut headers = self.headers(path)?;
         if let Some(ct) = content_type {

@@ -11,6 +11,9 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 
+use super::identity::ClientIdentity;
+use crate::certificates::x509;
+
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
     #[error("{path}: {source}")]
@@ -85,6 +88,14 @@ pub struct Kubeconfig {
     pub server: String,
     pub tls: Arc<ClientConfig>,
     pub token: Option<Token>,
+    /// The client certificate shown, replaceable while connections live.
+    pub identity: Arc<ClientIdentity>,
+    /// The cluster's CA bundle as given, for a kubeconfig written from
+    /// this one.
+    pub ca_pem: Vec<u8>,
+    roots: Arc<RootCertStore>,
+    /// The client certificate's leaf, if it has one the agent can read.
+    pub client_certificate: Option<x509::Certificate>,
 }
 
 impl std::fmt::Debug for Kubeconfig {
@@ -165,44 +176,43 @@ impl Kubeconfig {
             "certificate-authority",
         )?;
         let mut roots = RootCertStore::empty();
-        match ca {
+        let ca_pem = match &ca {
             Some(pem) => {
-                for cert in CertificateDer::pem_slice_iter(&pem) {
+                for cert in CertificateDer::pem_slice_iter(pem) {
                     let cert = cert.map_err(|e| invalid(format!("certificate-authority: {e}")))?;
                     roots
                         .add(cert)
                         .map_err(|e| invalid(format!("certificate-authority: {e}")))?;
                 }
+                pem
             }
             None => {
                 return Err(invalid(
                     "the cluster has no certificate-authority; nanolet needs one".into(),
                 ));
             }
-        }
+        };
         let cert = material(
             &user.client_certificate_data,
             &user.client_certificate,
             "client-certificate",
         )?;
         let key = material(&user.client_key_data, &user.client_key, "client-key")?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| invalid(e.to_string()))?
-            .with_root_certificates(roots);
-        let tls = match (cert, key) {
+        let identity = Arc::new(ClientIdentity::default());
+        let mut client_certificate = None;
+        match (cert, key) {
             (Some(cert), Some(key)) => {
                 let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert)
                     .collect::<Result<_, _>>()
                     .map_err(|e| invalid(format!("client-certificate: {e}")))?;
+                client_certificate = chain.first().and_then(|leaf| x509::parse(leaf));
                 let key = PrivateKeyDer::from_pem_slice(&key)
                     .map_err(|e| invalid(format!("client-key: {e}")))?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| invalid(format!("client certificate: {e}")))?
+                identity
+                    .set(chain, key, &rustls::crypto::ring::default_provider())
+                    .map_err(|e| invalid(format!("client certificate: {e}")))?;
             }
-            (None, None) => builder.with_no_client_auth(),
+            (None, None) => {}
             _ => {
                 return Err(invalid(
                     "a client certificate needs both client-certificate and client-key".into(),
@@ -214,12 +224,47 @@ impl Kubeconfig {
             (None, Some(file)) => Some(Token::File(base.join(file))),
             (None, None) => None,
         };
+        let roots = Arc::new(roots);
         Ok(Kubeconfig {
+            tls: client_config(roots.clone(), identity.clone())
+                .map_err(|e| invalid(e.to_string()))?,
             server,
-            tls: Arc::new(tls),
             token,
+            identity,
+            ca_pem: ca_pem.to_vec(),
+            roots,
+            client_certificate,
         })
     }
+
+    /// The same cluster with no credentials yet: the node's own, before
+    /// its bootstrap has given it a certificate.
+    pub fn without_user(&self) -> Result<Kubeconfig, rustls::Error> {
+        let identity = Arc::new(ClientIdentity::default());
+        Ok(Kubeconfig {
+            server: self.server.clone(),
+            tls: client_config(self.roots.clone(), identity.clone())?,
+            token: None,
+            identity,
+            ca_pem: self.ca_pem.clone(),
+            roots: self.roots.clone(),
+            client_certificate: None,
+        })
+    }
+}
+
+/// Verifies the API server against `roots` and shows what `identity` holds.
+fn client_config(
+    roots: Arc<RootCertStore>,
+    identity: Arc<ClientIdentity>,
+) -> Result<Arc<ClientConfig>, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_cert_resolver(identity.clone());
+    config.resumption = rustls::client::Resumption::store(identity);
+    Ok(Arc::new(config))
 }
 
 /// Inline base64 data wins over a file, as in client-go.

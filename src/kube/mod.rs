@@ -3,6 +3,7 @@
 
 pub(crate) mod client;
 pub(crate) mod diff;
+pub(crate) mod identity;
 pub(crate) mod kubeconfig;
 pub(crate) mod watch;
 

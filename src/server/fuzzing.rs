@@ -12,6 +12,12 @@ pub fn kubelet_query(data: &[u8]) {
     let _ = super::percent_decode(&query, super::Plus::Plus);
 }
 
+/// A certificate, as a client shows it or the API server issues it.
+pub fn x509(data: &[u8]) {
+    let _ = crate::certificates::x509::parse(data);
+    let _ = crate::certificates::x509::subject(data);
+}
+
 /// SPDY header blocks: inflated as one connection's stream would be, in
 /// pieces split at the input's first byte, then decoded; and the raw block.
 pub fn spdy_headers(data: &[u8]) {

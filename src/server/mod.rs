@@ -8,7 +8,6 @@
 
 pub(crate) mod auth;
 mod client_ca;
-pub(crate) mod client_cert;
 #[doc(hidden)]
 pub mod fuzzing;
 mod limits;
@@ -94,9 +93,9 @@ fn text(status: StatusCode, message: &str) -> Response<Body> {
 /// checked against after the handshake.
 fn tls_config(
     ctx: &Deps,
+    serving: Arc<serving_cert::ServingCert>,
 ) -> Result<(Arc<ServerConfig>, Option<Arc<client_ca::ClientCa>>), ServerError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let serving = serving_cert::ServingCert::for_node(ctx, provider.clone())?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
@@ -108,7 +107,7 @@ fn tls_config(
         Some(verifier) => builder.with_client_cert_verifier(verifier.clone()),
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder.with_cert_resolver(Arc::new(serving));
+    let mut config = builder.with_cert_resolver(serving);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok((Arc::new(config), client_ca))
 }
@@ -117,12 +116,13 @@ fn tls_config(
 pub fn bind(
     ctx: Rc<Deps>,
     authority: Rc<Authority>,
+    serving: Arc<serving_cert::ServingCert>,
 ) -> Result<impl Future<Output = ()>, ServerError> {
     let addr = SocketAddr::new(ctx.config.address, ctx.config.port);
     let listener = TcpListener::bind(addr)
         .and_then(Async::new)
         .map_err(|source| ServerError::Listen { addr, source })?;
-    let (tls_config, client_ca) = tls_config(&ctx)?;
+    let (tls_config, client_ca) = tls_config(&ctx, serving)?;
     let acceptor = TlsAcceptor::from(tls_config);
     let auth = &ctx.config.api_auth;
     if ctx.config.client_ca_file.is_none() && !auth.token_webhook && !auth.anonymous {
@@ -170,7 +170,7 @@ pub fn bind(
                 let chain = tls.get_ref().1.peer_certificates().unwrap_or_default();
                 let certificate = Rc::new(match (chain.first(), &client_ca) {
                     (Some(leaf), Some(ca)) if ca.verify(chain) => PeerCertificate::Verified(
-                        client_cert::subject(leaf)
+                        crate::certificates::x509::subject(leaf)
                             .map(|(name, groups)| UserInfo::from_certificate(name, groups)),
                     ),
                     (Some(_), Some(_)) => PeerCertificate::Untrusted,

@@ -18,6 +18,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use super::Deps;
 use super::ServerError;
 
+/// The cert dir's files of the serving pairs the cluster issued.
+pub const SERVER_PREFIX: &str = "kubelet-server";
+
 /// How often a handshake looks at the files' modification times: two stat
 /// calls, at most this often.
 const RECHECK: Duration = Duration::from_secs(10);
@@ -69,17 +72,37 @@ fn read(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedK
 }
 
 impl ServingCert {
-    pub fn for_node(ctx: &Deps, provider: Arc<CryptoProvider>) -> Result<Self, ServerError> {
+    pub fn for_node(ctx: &Deps) -> Result<Self, ServerError> {
+        let provider = Arc::new(futures_rustls::rustls::crypto::ring::default_provider());
         let config = &ctx.config;
-        let (cert_path, key_path, reloads) =
-            match (&config.tls_cert_file, &config.tls_private_key_file) {
-                (Some(c), Some(k)) => (c.clone(), k.clone(), true),
+        // With serverTLSBootstrap, the cluster's certificate wins over the
+        // files, as upstream's; until there is one, the self-signed pair.
+        let issued = config.server_tls_bootstrap.then(|| {
+            let current = crate::certificates::store::Store::new(&config.cert_dir(), SERVER_PREFIX)
+                .current_path();
+            let key = read(&current, &current, &provider);
+            (current, key)
+        });
+        let (cert_path, key_path, reloads, key) = match issued {
+            Some((current, Ok(key))) => (current.clone(), current, false, key),
+            _ => match (&config.tls_cert_file, &config.tls_private_key_file) {
+                (Some(c), Some(k)) if !config.server_tls_bootstrap => {
+                    let key = read(c, k, &provider)?;
+                    (c.clone(), k.clone(), true, key)
+                }
                 _ => {
                     let (cert, key) = self_signed(ctx)?;
-                    (cert, key, false)
+                    let pair = read(&cert, &key, &provider)?;
+                    if config.server_tls_bootstrap {
+                        log::warn!(
+                            "kubelet API: serving the self-signed certificate {} until the cluster issues one",
+                            cert.display()
+                        );
+                    }
+                    (cert, key, false, pair)
                 }
-            };
-        let key = read(&cert_path, &key_path, &provider)?;
+            },
+        };
         Ok(ServingCert {
             loaded: Mutex::new(Loaded {
                 key: Arc::new(key),
@@ -91,6 +114,20 @@ impl ServingCert {
             provider,
             reloads,
         })
+    }
+
+    /// Serves `chain` with `key` from the next handshake on: a certificate
+    /// the cluster issued.
+    pub fn replace(
+        &self,
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+    ) -> Result<(), futures_rustls::rustls::Error> {
+        let certified = CertifiedKey::from_der(chain, key, &self.provider)?;
+        if let Ok(mut loaded) = self.loaded.lock() {
+            loaded.key = Arc::new(certified);
+        }
+        Ok(())
     }
 
     /// The certificate to serve, read again first if the files changed.
@@ -127,7 +164,7 @@ impl ResolvesServerCert for ServingCert {
 
 /// The self-signed pair under `<stateDir>/pki`, made the first time.
 fn self_signed(ctx: &Deps) -> Result<(PathBuf, PathBuf), ServerError> {
-    let dir = ctx.layout.root.join("pki");
+    let dir = ctx.config.cert_dir();
     let cert = dir.join("kubelet.crt");
     let key = dir.join("kubelet.key");
     if cert.exists() && key.exists() {

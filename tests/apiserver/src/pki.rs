@@ -142,6 +142,16 @@ pub fn kubeconfig(server: &str, ca_pem: &str, user: &str, client: &Issued) -> St
     )
 }
 
+/// A certificate's notBefore and notAfter, in seconds since the epoch.
+pub fn validity(cert_der: &[u8]) -> Option<(i64, i64)> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert_der).ok()?;
+    let validity = cert.validity();
+    Some((
+        validity.not_before.timestamp(),
+        validity.not_after.timestamp(),
+    ))
+}
+
 /// The user and groups of a verified client certificate (CN and O's).
 pub fn identity(cert_der: &[u8]) -> Option<(String, Vec<String>)> {
     let (_, cert) = x509_parser::parse_x509_certificate(cert_der).ok()?;

@@ -228,16 +228,24 @@ pub async fn serve(
             let Ok(tls) = acceptor.accept(stream).await else {
                 return;
             };
-            let user = tls
+            let leaf = tls
                 .get_ref()
                 .1
                 .peer_certificates()
-                .and_then(|certs| certs.first())
+                .and_then(|certs| certs.first());
+            let user = leaf
                 .and_then(|cert| crate::pki::identity(cert.as_ref()))
                 .map(|(name, groups)| User { name, groups });
+            let validity = leaf.and_then(|cert| crate::pki::validity(cert.as_ref()));
             let service = hyper::service::service_fn(move |req| {
                 let server = server.clone();
-                let user = user.clone();
+                // As the real server's x509 authenticator: the certificate
+                // is checked at each request, so one that expired while its
+                // connection stayed open no longer names anybody.
+                let now = jiff::Timestamp::now().as_second();
+                let user = user
+                    .clone()
+                    .filter(|_| validity.is_some_and(|(from, to)| from <= now && now <= to));
                 async move { Ok::<_, Infallible>(server.handle(req, user).await) }
             });
             let io = nanolet::http::io::HyperIo(tls);
