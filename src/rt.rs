@@ -17,6 +17,16 @@ pub fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> Task<T> {
     EXECUTOR.with(|ex| ex.spawn(future))
 }
 
+/// hyper's HTTP/2 runs each connection's work as a task of this loop.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoopExecutor;
+
+impl<F: Future + 'static> hyper::rt::Executor<F> for LoopExecutor {
+    fn execute(&self, future: F) {
+        spawn(future).detach();
+    }
+}
+
 /// Runs the loop until `future` completes.
 pub fn block_on<T>(future: impl Future<Output = T>) -> T {
     EXECUTOR.with(|ex| smol::block_on(ex.run(future)))

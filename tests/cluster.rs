@@ -8,32 +8,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::apiserver::ApiServer;
-use common::{Agent, Registry};
+use common::{Agent, Registry, wait};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(30);
-
-/// Polls `check` until it gives a value, or panics with the agent's log.
-fn wait<V>(
-    agent: &Agent,
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> Option<V>,
-) -> V {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "timed out waiting for {what}\n--- agent log ---\n{}",
-                agent.log()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 /// kubectl 1.32 tries WebSocket first; with it turned off it speaks
 /// SPDY/3.1. Streaming tests run over both: (name, kubectl's environment).
@@ -978,7 +956,7 @@ fn idle_traffic_stays_small_and_a_500_storm_backs_off() {
     };
     let leases = requests
         .iter()
-        .filter(|r| is(r, "PUT", "/leases/edge-4"))
+        .filter(|r| is(r, "PATCH", "/leases/edge-4"))
         .count();
     let node_status = requests
         .iter()
@@ -991,7 +969,7 @@ fn idle_traffic_stays_small_and_a_500_storm_backs_off() {
     let other: Vec<&Value> = requests
         .iter()
         .filter(|r| {
-            !is(r, "PUT", "/leases/edge-4")
+            !is(r, "PATCH", "/leases/edge-4")
                 && !is(r, "PATCH", "/nodes/edge-4/status")
                 && !r["query"].as_str().unwrap_or("").contains("watch=1")
         })

@@ -19,16 +19,6 @@ const MAX_RESPONSE: usize = 64 * 1024;
 const GRPC_OK: u32 = 0;
 const GRPC_UNIMPLEMENTED: u32 = 12;
 
-/// HTTP/2 runs its connection as a task of the agent's loop.
-#[derive(Clone, Copy)]
-struct LoopExecutor;
-
-impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LoopExecutor {
-    fn execute(&self, future: F) {
-        crate::rt::spawn(future).detach();
-    }
-}
-
 /// Checks `service` ("" for the server as a whole) over a connected
 /// stream; `Err` carries upstream's wording of the failure.
 pub async fn check<S>(stream: S, authority: &str, service: &str) -> Result<(), String>
@@ -36,10 +26,11 @@ where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let rpc_failed = |e: &dyn std::fmt::Display| format!("error: health rpc probe failed: {e}");
-    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(LoopExecutor)
-        .handshake::<_, Full<Bytes>>(HyperIo(stream))
-        .await
-        .map_err(|e| format!("error: failed to connect service at {authority:?}: {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http2::Builder::new(crate::rt::LoopExecutor)
+            .handshake::<_, Full<Bytes>>(HyperIo(stream))
+            .await
+            .map_err(|e| format!("error: failed to connect service at {authority:?}: {e}"))?;
     // Ends (closing the socket) once the sender is dropped with the check's
     // end, or at once if the check is abandoned at its timeout.
     let _connection = crate::rt::spawn(connection);

@@ -84,6 +84,26 @@ fn rotation_deadline(leaf: &x509::Certificate, fraction: f64) -> i64 {
     leaf.not_before + (life * (0.7 + 0.2 * fraction.clamp(0.0, 1.0))).round() as i64
 }
 
+/// After an attempt at a certificate: no wait if it worked (the backoff
+/// starts over), else the backoff's next delay, logged with what failed.
+fn after_attempt(
+    result: Result<(), CertificateError>,
+    retry: &mut RetryBackoff,
+    what: &str,
+) -> Option<Duration> {
+    match result {
+        Ok(()) => {
+            retry.reset();
+            None
+        }
+        Err(e) => {
+            let wait = retry.next_delay();
+            log::warn!("{what}: {e}; trying again in {}s", wait.as_secs());
+            Some(wait)
+        }
+    }
+}
+
 /// The agent's credentials towards the API server, decided at its start.
 pub struct Credentials {
     /// The node's kubeconfig, or the bootstrap one's cluster without its
@@ -187,20 +207,17 @@ impl ClientCertificates {
                     told_clock = None;
                     match self.renewal(now) {
                         Some(wait) => wait,
-                        None => match self.rotate_client(&api).await {
-                            Ok(()) => {
-                                retry.reset();
-                                continue;
+                        None => {
+                            let rotated = self.rotate_client(&api).await;
+                            match after_attempt(
+                                rotated,
+                                &mut retry,
+                                "rotating the client certificate",
+                            ) {
+                                Some(wait) => wait,
+                                None => continue,
                             }
-                            Err(e) => {
-                                let wait = retry.next_delay();
-                                log::warn!(
-                                    "rotating the client certificate: {e}; trying again in {}s",
-                                    wait.as_secs()
-                                );
-                                wait
-                            }
-                        },
+                        }
                     }
                 }
                 Standing::NotYetValid { not_before } => {
@@ -239,16 +256,9 @@ impl ClientCertificates {
                             ),
                         }),
                     };
-                    match result {
-                        Ok(()) => {
-                            retry.reset();
-                            continue;
-                        }
-                        Err(e) => {
-                            let wait = retry.next_delay();
-                            log::warn!("TLS bootstrap: {e}; trying again in {}s", wait.as_secs());
-                            wait
-                        }
+                    match after_attempt(result, &mut retry, "TLS bootstrap") {
+                        Some(wait) => wait,
+                        None => continue,
                     }
                 }
             };

@@ -90,20 +90,13 @@ impl ServingCertificates {
             };
             let wait = match due {
                 Some(wait) => wait,
-                None => match self.renew(&api).await {
-                    Ok(()) => {
-                        retry.reset();
-                        continue;
+                None => {
+                    let renewed = self.renew(&api).await;
+                    match super::after_attempt(renewed, &mut retry, "the serving certificate") {
+                        Some(wait) => wait,
+                        None => continue,
                     }
-                    Err(e) => {
-                        let wait = retry.next_delay();
-                        log::warn!(
-                            "the serving certificate: {e}; trying again in {}s",
-                            wait.as_secs()
-                        );
-                        wait
-                    }
-                },
+                }
             };
             smol::Timer::after(wait.min(LONGEST_SLEEP)).await;
         }

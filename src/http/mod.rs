@@ -111,7 +111,66 @@ impl AsyncWrite for Stream {
     }
 }
 
-type Sender = SendRequest<Full<Bytes>>;
+/// A connection's request side: HTTP/1.1 carries one request at a time;
+/// HTTP/2, where the server's ALPN answer allows it, every request and
+/// watch of an origin at once over one TLS connection, with its headers
+/// compressed: what an idle node's uplink pays for, as client-go does it.
+enum Sender {
+    Http1(SendRequest<Full<Bytes>>),
+    Http2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+impl Sender {
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::Http1(s) => s.is_closed(),
+            Sender::Http2(s) => s.is_closed(),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        match self {
+            Sender::Http1(s) => s.is_ready(),
+            Sender::Http2(s) => s.is_ready(),
+        }
+    }
+
+    fn is_shared(&self) -> bool {
+        matches!(self, Sender::Http2(_))
+    }
+
+    async fn send(
+        &mut self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, hyper::Error> {
+        match self {
+            Sender::Http1(s) => s.send_request(request).await,
+            Sender::Http2(s) => s.send_request(request).await,
+        }
+    }
+}
+
+/// A pooled connection: the generation it was made in (see
+/// [`Client::forget_idle`]) and its own number.
+struct Pooled {
+    generation: u64,
+    id: u64,
+    sender: Sender,
+}
+
+impl Pooled {
+    /// Another handle on an HTTP/2 connection, which many requests share.
+    fn share(&self) -> Option<Pooled> {
+        match &self.sender {
+            Sender::Http2(s) => Some(Pooled {
+                generation: self.generation,
+                id: self.id,
+                sender: Sender::Http2(s.clone()),
+            }),
+            Sender::Http1(_) => None,
+        }
+    }
+}
 
 /// A cheap-to-clone client; all clones share one pool.
 #[derive(Clone)]
@@ -125,10 +184,12 @@ struct Inner {
     tls: RefCell<Option<Arc<ClientConfig>>>,
     /// Hosts (host[:port]) that may be reached over plain HTTP.
     plain_http: Vec<String>,
-    /// Connections between requests, each with the generation it was made
-    /// in: one made before [`Client::forget_idle`] is not used again.
-    idle: RefCell<HashMap<String, Vec<(u64, Sender)>>>,
+    /// Connections between requests (and HTTP/2 ones also while in use),
+    /// each with the generation it was made in: one made before
+    /// [`Client::forget_idle`] is not used again.
+    idle: RefCell<HashMap<String, Vec<Pooled>>>,
     generation: Cell<u64>,
+    connections: Cell<u64>,
     /// Longest wait for a connection or a response's head.
     timeout: Duration,
     proxy: proxy::ProxyConfig,
@@ -198,6 +259,7 @@ impl Client {
                 plain_http,
                 idle: RefCell::new(HashMap::new()),
                 generation: Cell::new(0),
+                connections: Cell::new(0),
                 timeout: STALL_TIMEOUT,
                 proxy: proxy::ProxyConfig::from_env(),
             }),
@@ -215,6 +277,7 @@ impl Client {
                 plain_http: Vec::new(),
                 idle: RefCell::new(HashMap::new()),
                 generation: Cell::new(0),
+                connections: Cell::new(0),
                 timeout,
                 proxy: proxy::ProxyConfig::from_env(),
             }),
@@ -297,6 +360,7 @@ impl Client {
             })
             .await?;
         }
+        let mut http2 = false;
         let stream = if tls {
             let config = self.tls_config(url)?;
             let name = ServerName::try_from(host.clone()).map_err(|e| HttpError::Tls {
@@ -313,23 +377,41 @@ impl Client {
                     })
             })
             .await?;
+            http2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
             Stream::Tls(Box::new(tls_stream))
         } else {
             Stream::Plain(tcp)
         };
+        let protocol_err = |source| HttpError::Protocol {
+            url: url.to_string(),
+            source,
+        };
+        if http2 {
+            // No keep-alive pings: an idle link stays quiet, and a dead one
+            // shows in a request's timeout, which drops the connection.
+            let (sender, connection) =
+                hyper::client::conn::http2::Builder::new(crate::rt::LoopExecutor)
+                    .handshake(HyperIo(stream))
+                    .await
+                    .map_err(protocol_err)?;
+            crate::rt::spawn(async move {
+                if let Err(e) = connection.await {
+                    log::debug!("connection closed: {e}");
+                }
+            })
+            .detach();
+            return Ok(Sender::Http2(sender));
+        }
         let (sender, connection) = hyper::client::conn::http1::handshake(HyperIo(stream))
             .await
-            .map_err(|source| HttpError::Protocol {
-                url: url.to_string(),
-                source,
-            })?;
+            .map_err(protocol_err)?;
         crate::rt::spawn(async move {
             if let Err(e) = connection.await {
                 log::debug!("connection closed: {e}");
             }
         })
         .detach();
-        Ok(sender)
+        Ok(Sender::Http1(sender))
     }
 
     /// Drops every idle connection, and those in use once their request
@@ -340,13 +422,26 @@ impl Client {
         self.inner.idle.borrow_mut().clear();
     }
 
-    fn checkout(&self, key: &str) -> Option<(u64, Sender)> {
+    /// A connection to send on: an HTTP/2 one stays in the pool for the
+    /// requests beside this one, an HTTP/1.1 one leaves it until its
+    /// response is in.
+    fn checkout(&self, key: &str) -> Option<Pooled> {
         let generation = self.inner.generation.get();
         let mut idle = self.inner.idle.borrow_mut();
         let senders = idle.get_mut(key)?;
-        senders.retain(|(made, s)| *made == generation && !s.is_closed());
-        let pos = senders.iter().position(|(_, s)| s.is_ready())?;
+        senders.retain(|p| p.generation == generation && !p.sender.is_closed());
+        let pos = senders.iter().position(|p| p.sender.is_ready())?;
+        if let Some(shared) = senders[pos].share() {
+            return Some(shared);
+        }
         Some(senders.swap_remove(pos))
+    }
+
+    /// Drops the connection `id` from the pool: a request on it failed.
+    fn discard(&self, key: &str, id: u64) {
+        if let Some(senders) = self.inner.idle.borrow_mut().get_mut(key) {
+            senders.retain(|p| p.id != id);
+        }
     }
 
     /// Sends one request and returns the response with its body unread.
@@ -373,41 +468,84 @@ impl Client {
             });
         }
         let key = format!("{tls}/{host}/{port}");
-        let (made, mut sender) = match self.checkout(&key) {
-            Some(pooled) => pooled,
+        let (mut pooled, fresh) = match self.checkout(&key) {
+            Some(pooled) => (pooled, false),
             None => {
-                let made = self.inner.generation.get();
-                (made, self.connect(url).await?)
+                let generation = self.inner.generation.get();
+                let sender = self.connect(url).await?;
+                let id = self.inner.connections.get() + 1;
+                self.inner.connections.set(id);
+                let pooled = Pooled {
+                    generation,
+                    id,
+                    sender,
+                };
+                (pooled, true)
             }
         };
-        let path = url.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let shared = pooled.sender.is_shared();
+        if fresh
+            && pooled.generation == self.inner.generation.get()
+            && let Some(shared) = pooled.share()
+        {
+            self.inner
+                .idle
+                .borrow_mut()
+                .entry(key.clone())
+                .or_default()
+                .push(shared);
+        }
+        // HTTP/2 takes the whole URL (its :scheme and :authority), HTTP/1.1
+        // the path and a Host header.
+        let target = if shared {
+            url.to_string()
+        } else {
+            url.path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/")
+                .to_owned()
+        };
         let mut request = Request::builder()
             .method(method)
-            .uri(path)
+            .uri(target)
             .body(Full::new(body))
             .map_err(|_| HttpError::InvalidUrl {
                 url: url.to_string(),
             })?;
         *request.headers_mut() = headers.clone();
-        if let Ok(value) = authority.parse() {
+        if !shared && let Ok(value) = authority.parse() {
             request.headers_mut().insert(HOST, value);
         }
-        let response = with_timeout(url, self.inner.timeout, async {
-            sender
-                .send_request(request)
+        let sent = with_timeout(url, self.inner.timeout, async {
+            pooled
+                .sender
+                .send(request)
                 .await
                 .map_err(|source| HttpError::Protocol {
                     url: url.to_string(),
                     source,
                 })
         })
-        .await?;
+        .await;
+        let response = match sent {
+            Ok(response) => response,
+            Err(e) => {
+                // A connection that timed out or broke is not used again.
+                if shared {
+                    self.discard(&key, pooled.id);
+                }
+                return Err(e);
+            }
+        };
+        if shared {
+            return Ok(response);
+        }
         // The connection is ready again once this body has been read; until
         // then `checkout` passes it over.
         let mut idle = self.inner.idle.borrow_mut();
         let senders = idle.entry(key).or_default();
-        if senders.len() < IDLE_PER_HOST && made == self.inner.generation.get() {
-            senders.push((made, sender));
+        if senders.len() < IDLE_PER_HOST && pooled.generation == self.inner.generation.get() {
+            senders.push(pooled);
         }
         Ok(response)
     }
@@ -558,8 +696,9 @@ mod tests {
             let message = handshake_failure(&failed(Error::InvalidCertificate(cause)));
             assert!(message.contains("this node's clock reads"), "{message}");
         }
-        let message =
-            handshake_failure(&failed(Error::InvalidCertificate(CertificateError::BadSignature)));
+        let message = handshake_failure(&failed(Error::InvalidCertificate(
+            CertificateError::BadSignature,
+        )));
         assert!(!message.contains("clock"), "{message}");
     }
 

@@ -21,6 +21,28 @@ pub fn runtime() -> String {
 }
 
 /// How much longer waits may take: the cgroup v2 VM emulates its CPU.
+/// Polls `check` until it gives a value, or panics with the agent's log.
+pub fn wait<V>(
+    agent: &Agent,
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<V>,
+) -> V {
+    let deadline = Instant::now() + timeout * time_scale();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out waiting for {what}\n--- agent log ---\n{}",
+                agent.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub fn time_scale() -> u32 {
     if std::env::var_os("NANOLET_IN_VM").is_some() {
         4

@@ -73,6 +73,8 @@ pub struct RequestRecord {
     pub status: u16,
     pub request_bytes: usize,
     pub response_bytes: usize,
+    /// When the request arrived, in milliseconds since the epoch.
+    pub at_ms: i64,
 }
 
 /// Faults the tests inject through the admin endpoint.
@@ -203,9 +205,29 @@ pub fn tls_config(
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)?;
-    // kubectl offers h2 first; this server speaks HTTP/1.1.
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 as the real server, and HTTP/1.1 for the clients that ask for
+    // it (upgrades for exec, attach and port-forward; the Python client).
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// The headers the real server adds to every answer, which a node pays for
+/// on its uplink: the audit ID of the request, and the priority and
+/// fairness flow schema and level (one pair of UIDs per server).
+fn real_server_headers(headers: &mut hyper::HeaderMap) {
+    static FLOW: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    let (schema, level) =
+        FLOW.get_or_init(|| (nanolet::state::random_uuid(), nanolet::state::random_uuid()));
+    for (name, value) in [
+        ("audit-id", nanolet::state::random_uuid()),
+        ("cache-control", "no-cache, private".to_owned()),
+        ("x-kubernetes-pf-flowschema-uid", schema.clone()),
+        ("x-kubernetes-pf-prioritylevel-uid", level.clone()),
+    ] {
+        if let Ok(value) = hyper::header::HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
 }
 
 /// Accepts connections until the process ends.
@@ -248,12 +270,19 @@ pub async fn serve(
                     .filter(|_| validity.is_some_and(|(from, to)| from <= now && now <= to));
                 async move { Ok::<_, Infallible>(server.handle(req, user).await) }
             });
+            let http2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let io = nanolet::http::io::HyperIo(tls);
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .with_upgrades()
-                .await
-            {
+            let served = if http2 {
+                hyper::server::conn::http2::Builder::new(nanolet::rt::LoopExecutor)
+                    .serve_connection(io, service)
+                    .await
+            } else {
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, service)
+                    .with_upgrades()
+                    .await
+            };
+            if let Err(e) = served {
                 log::debug!("connection: {e}");
             }
         })
@@ -339,6 +368,7 @@ impl Server {
         req: Request<Incoming>,
         cert_user: Option<User>,
     ) -> Response<Body> {
+        let at_ms = jiff::Timestamp::now().as_millisecond();
         // Paused: requests on open connections hang, as to an unreachable host.
         while self.faults.paused.get() {
             smol::Timer::after(Duration::from_millis(100)).await;
@@ -436,19 +466,24 @@ impl Server {
             };
             (response, n)
         };
-        self.finish(method, path, raw_query, user, response, request_bytes)
+        self.finish(
+            (method, path, raw_query, at_ms),
+            user,
+            response,
+            request_bytes,
+        )
     }
 
     /// Records the request (for traffic counts) and returns its response.
     fn finish(
         &self,
-        method: Method,
-        path: String,
-        query: String,
+        (method, path, query, at_ms): (Method, String, String, i64),
         user: Option<User>,
         response: Response<Body>,
         request_bytes: usize,
     ) -> Response<Body> {
+        let mut response = response;
+        real_server_headers(response.headers_mut());
         let response_bytes = hyper::body::Body::size_hint(response.body())
             .exact()
             .unwrap_or(0) as usize;
@@ -462,6 +497,7 @@ impl Server {
             status: response.status().as_u16(),
             request_bytes,
             response_bytes,
+            at_ms,
         });
         response
     }

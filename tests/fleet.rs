@@ -1,8 +1,10 @@
-//! A node that starts with only a bootstrap token: TLS bootstrap through
-//! the test API server's bootstrap tokens, csrapproving controller and
-//! signer, rotation of the client certificate with pods undisturbed, and a
-//! node whose certificate expired while it was off coming back through the
-//! bootstrap credentials with a clock behind the new certificate.
+//! A fleet joins and stays joined. A node that starts with only a bootstrap
+//! token: TLS bootstrap through the test API server's bootstrap tokens,
+//! csrapproving controller and signer, rotation of the client certificate
+//! with pods undisturbed, and a node whose certificate expired while it was
+//! off coming back through the bootstrap credentials with a clock behind
+//! the new certificate. And nodes coming back after an outage spread over
+//! time, not in one wave.
 
 mod common;
 
@@ -11,31 +13,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::apiserver::ApiServer;
-use common::{Agent, Registry, TempDir};
+use common::{Agent, Registry, TempDir, wait};
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(60);
-
-/// Polls `check` until it gives a value, or panics with the agent's log.
-fn wait<V>(
-    agent: &Agent,
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> Option<V>,
-) -> V {
-    let deadline = Instant::now() + timeout * common::time_scale();
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n--- agent log ---\n{}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
 
 fn get(api: &ApiServer, args: &[&str]) -> Option<Value> {
     let mut all = args.to_vec();
@@ -388,4 +369,62 @@ fn a_node_off_past_its_certificates_end_rejoins_through_the_bootstrap_token() {
     let after = running(&api, "app").unwrap();
     assert_eq!(after["containerID"], before["containerID"]);
     assert_eq!(after["restartCount"], 0);
+}
+
+/// After an outage, the nodes of a fleet come back spread over time: six
+/// nodes, the API server unreachable for 20 s (new connections dropped,
+/// open ones hung, as behind a broken link), then every request that
+/// arrives in the minute after it returns, counted per second.
+#[test]
+fn after_an_outage_the_nodes_come_back_spread_over_time() {
+    let registry = Registry::start();
+    let api = ApiServer::start();
+    let nodes: Vec<String> = (34..40).map(|i| format!("edge-{i}")).collect();
+    let agents: Vec<Agent> = nodes
+        .iter()
+        .map(|node| Agent::join(&registry, &api, node, &[]))
+        .collect();
+    for (agent, node) in agents.iter().zip(&nodes) {
+        wait(agent, "node Ready", T, || {
+            node_ready(&api, node).then_some(())
+        });
+    }
+    api.admin("POST", "/pause");
+    std::thread::sleep(Duration::from_secs(20));
+    let back = jiff::Timestamp::now().as_millisecond();
+    api.admin("POST", "/resume");
+    std::thread::sleep(Duration::from_secs(61));
+    let users: Vec<String> = nodes.iter().map(|n| format!("system:node:{n}")).collect();
+    let all: Vec<Value> = serde_json::from_str(&api.admin("GET", "/requests")).unwrap();
+    let arrived: Vec<(i64, &str)> = all
+        .iter()
+        .filter_map(|r| {
+            let at = r["at_ms"].as_i64()? - back;
+            let user = r["user"].as_str()?;
+            ((0..60_000).contains(&at) && users.iter().any(|u| u == user)).then_some((at, user))
+        })
+        .collect();
+    let mut per_second = [0usize; 60];
+    for (at, _) in &arrived {
+        per_second[(*at / 1000) as usize] += 1;
+    }
+    let per_ten: Vec<usize> = per_second.chunks(10).map(|c| c.iter().sum()).collect();
+    let busiest = per_second.iter().max().copied().unwrap_or(0);
+    let total = arrived.len();
+    println!(
+        "the minute after the outage: {total} requests from {} nodes; per 10 s {per_ten:?}; busiest second {busiest}",
+        nodes.len()
+    );
+    // Every node came back within the minute...
+    for user in &users {
+        assert!(
+            arrived.iter().any(|(_, u)| u == user),
+            "{user} did not come back"
+        );
+    }
+    // ...and not in one wave: no second carries a fifth of the minute's
+    // requests (six nodes retrying together would put at least their
+    // lease, status and pod list in one second: a third or more).
+    assert!(total >= 36, "{total} requests: the leases alone are 36");
+    assert!(busiest * 5 <= total, "{per_second:?}");
 }
