@@ -219,6 +219,16 @@ fn handshake_failure(error: &std::io::Error) -> String {
     )
 }
 
+/// Runs a connection's I/O as a task of the loop until it closes.
+fn drive(connection: impl std::future::Future<Output = Result<(), hyper::Error>> + 'static) {
+    crate::rt::spawn(async move {
+        if let Err(e) = connection.await {
+            log::debug!("connection closed: {e}");
+        }
+    })
+    .detach();
+}
+
 /// Scheme, host and port of a URL, as the pool keys connections.
 fn origin(uri: &Uri) -> Option<(bool, String, u16)> {
     let tls = match uri.scheme_str() {
@@ -394,23 +404,13 @@ impl Client {
                     .handshake(HyperIo(stream))
                     .await
                     .map_err(protocol_err)?;
-            crate::rt::spawn(async move {
-                if let Err(e) = connection.await {
-                    log::debug!("connection closed: {e}");
-                }
-            })
-            .detach();
+            drive(connection);
             return Ok(Sender::Http2(sender));
         }
         let (sender, connection) = hyper::client::conn::http1::handshake(HyperIo(stream))
             .await
             .map_err(protocol_err)?;
-        crate::rt::spawn(async move {
-            if let Err(e) = connection.await {
-                log::debug!("connection closed: {e}");
-            }
-        })
-        .detach();
+        drive(connection);
         Ok(Sender::Http1(sender))
     }
 
