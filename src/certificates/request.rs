@@ -186,6 +186,13 @@ pub async fn obtain(
         wanted.signer
     );
     let pem = wait_for_certificate(api, &name, created).await?;
+    issued_for(pem, key, name)
+}
+
+/// The issued chain, if its leaf is for `key`: a signer (or anyone able to
+/// write the request's status) must not make the node use another key's
+/// certificate, which it could not use anyway.
+fn issued_for(pem: String, key: &rcgen::KeyPair, name: String) -> Result<String, RequestError> {
     use rustls_pki_types::pem::PemObject;
     let leaf = rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
         .next()
@@ -342,6 +349,31 @@ mod tests {
         assert!(
             verdict(&json!({"status": {"conditions": [approved], "certificate": huge}})).is_err()
         );
+    }
+
+    #[test]
+    fn a_certificate_for_another_key_or_none_at_all_is_refused() {
+        let key = crate::certificates::store::new_key().unwrap();
+        let other = crate::certificates::store::new_key().unwrap();
+        let issued = |key: &rcgen::KeyPair| {
+            let mut params = rcgen::CertificateParams::new(vec![]).unwrap();
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "system:node:edge-1");
+            params.self_signed(key).unwrap().pem()
+        };
+        let mine = issued(&key);
+        assert_eq!(
+            issued_for(mine.clone(), &key, "csr-1".into()).unwrap(),
+            mine
+        );
+        let err = issued_for(issued(&other), &key, "csr-1".into()).unwrap_err();
+        assert!(err.to_string().contains("for another key"), "{err}");
+        let err = issued_for("not PEM".into(), &key, "csr-1".into()).unwrap_err();
+        assert!(err.to_string().contains("cannot be read"), "{err}");
+        let garbled = "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n";
+        assert!(issued_for(garbled.into(), &key, "csr-1".into()).is_err());
     }
 
     #[test]
