@@ -37,6 +37,8 @@ pub enum CertificateError {
     Tls(#[from] futures_rustls::rustls::Error),
     #[error("making a key: {0}")]
     Key(#[from] rcgen::Error),
+    #[error("{why} and there is no bootstrap kubeconfig to ask for another")]
+    NoBootstrap { why: String },
 }
 
 /// The longest sleep between looks at the certificate: the wall clock may
@@ -239,9 +241,9 @@ impl ClientCertificates {
                     }
                     wait
                 }
-                Standing::Missing | Standing::Expired { .. } => {
+                lost @ (Standing::Missing | Standing::Expired { .. }) => {
                     api.hold().await;
-                    let why = match standing(self.leaf.as_ref(), now) {
+                    let why = match lost {
                         Standing::Expired { not_after } => {
                             format!("the client certificate expired at {}", show_time(not_after))
                         }
@@ -249,12 +251,7 @@ impl ClientCertificates {
                     };
                     let result = match self.bootstrap.clone() {
                         Some(bootstrap) => self.bootstrap_client(&bootstrap, &why, &api).await,
-                        None => Err(CertificateError::Write {
-                            path: self.kubeconfig_path.clone(),
-                            message: format!(
-                                "{why} and there is no bootstrap kubeconfig to ask for another"
-                            ),
-                        }),
+                        None => Err(CertificateError::NoBootstrap { why }),
                     };
                     match after_attempt(result, &mut retry, "TLS bootstrap") {
                         Some(wait) => wait,

@@ -180,6 +180,14 @@ pub async fn obtain(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
+    // It goes into the path of every look at the request: an answer naming
+    // it `../pods?x` must not send those somewhere else.
+    if !is_object_name(&name) {
+        return Err(RequestError::Invalid {
+            name,
+            message: "the server named the request with what is no object name".into(),
+        });
+    }
     log::info!(
         "certificate request {name} sent for {} (signer {})",
         wanted.common_name,
@@ -209,6 +217,17 @@ fn issued_for(pem: String, key: &rcgen::KeyPair, name: String) -> Result<String,
             message: "the issued certificate cannot be read".into(),
         }),
     }
+}
+
+/// A name that is one path segment: CertificateSigningRequest names are
+/// not held to DNS rules (upstream's own `node-csr-` names carry base64's
+/// capitals and underscores), so this asks for what a path needs.
+fn is_object_name(name: &str) -> bool {
+    !matches!(name, "" | "." | "..")
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
 }
 
 /// What a request's status says.
@@ -374,6 +393,26 @@ mod tests {
         assert!(err.to_string().contains("cannot be read"), "{err}");
         let garbled = "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n";
         assert!(issued_for(garbled.into(), &key, "csr-1".into()).is_err());
+    }
+
+    #[test]
+    fn a_request_named_with_a_path_is_refused() {
+        assert!(is_object_name("csr-x7k2p"));
+        let key = crate::certificates::store::new_key().unwrap();
+        assert!(is_object_name(
+            &Wanted::client("edge-1").digested_name(&key)
+        ));
+        for bad in [
+            "",
+            "..",
+            "../pods",
+            "csr?watch=1",
+            "a/b",
+            "a%2fb",
+            &"a".repeat(254),
+        ] {
+            assert!(!is_object_name(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -299,23 +299,10 @@ impl Agent {
             .args(["node-kubeconfig", node, "--dir"])
             .arg(&api.dir));
         fs::write(&kubeconfig, text + "\n").unwrap();
-        let port = free_port().to_string();
-        let mut args = vec![
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--hostname-override",
-            node,
-            "--node-ip",
-            "127.0.0.1",
-            "--address",
-            "127.0.0.1",
-            "--port",
-            &port,
-            "--client-ca-file",
-        ];
-        let ca = api.dir.join("ca.crt");
-        args.push(ca.to_str().unwrap());
-        args.extend_from_slice(extra);
+        let mut args = vec!["--kubeconfig".to_owned(), kubeconfig.display().to_string()];
+        args.extend(node_args(api, node));
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         Self::unstarted(registry, None, &args)
     }
 
@@ -866,6 +853,28 @@ impl Drop for TestNetns {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     }
+}
+
+/// The flags of an agent that is node `node` of `api`: its name and
+/// address, the kubelet API on a free loopback port, the cluster's CA for
+/// the API server's client certificate.
+pub fn node_args(api: &apiserver::ApiServer, node: &str) -> Vec<String> {
+    let port = free_port().to_string();
+    let ca = api.dir.join("ca.crt").display().to_string();
+    [
+        "--hostname-override",
+        node,
+        "--node-ip",
+        "127.0.0.1",
+        "--address",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--client-ca-file",
+        &ca,
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// A loopback port nothing listens on right now.
