@@ -100,6 +100,16 @@ for label, wire, pods in (("five", five, 5), ("thirty", thirty, 30)):
     leases = [r for r in window_requests if "/leases/" in r["path"] and r["method"] in ("PUT", "PATCH")]
     lease = (sum(body(r) for r in leases) / len(leases) if leases else 0) + overhead
     per_day = wire * 86400 / window + pods * tokens_per_day * token
+    kinds = {}
+    for r in window_requests:
+        path = r["path"].split("?")[0]
+        watch = "watch=" in r["path"]
+        key = (r["method"], ("watch " if watch else "") + "/".join(path.split("/")[:-1] if not watch else path.split("/")))
+        count, size = kinds.get(key, (0, 0))
+        kinds[key] = (count + 1, size + body(r))
+    for (method, path), (count, size) in sorted(kinds.items()):
+        print(f"  {label}: {count} x {method} {path}: {size} B of bodies", file=sys.stderr)
+    print(f"  {label}: {wire} B on the wire, {overhead:.0f} B per request beyond its bodies", file=sys.stderr)
     out.append(f"{per_day:.0f} {lease:.0f} {len(window_requests)} {wire}")
 print(" ".join(out))
 PY

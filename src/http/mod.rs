@@ -29,7 +29,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use smol::Async;
 
-use self::io::HyperIo;
+use self::io::{Coalesced, HyperIo};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -401,7 +401,7 @@ impl Client {
             // shows in a request's timeout, which drops the connection.
             let (sender, connection) =
                 hyper::client::conn::http2::Builder::new(crate::rt::LoopExecutor)
-                    .handshake(HyperIo(stream))
+                    .handshake(HyperIo(Coalesced::new(stream)))
                     .await
                     .map_err(protocol_err)?;
             drive(connection);
