@@ -2,8 +2,9 @@
 # Fuzzes every parser of untrusted bytes (tests/fuzz, cargo fuzz with
 # libFuzzer), SECONDS each (default 60): the layer unpacker, the kubelet
 # API's query parsing, SPDY header blocks and sessions, WebSocket frames,
-# what registries send (manifests, indexes, configs, challenges), and
-# certificates (what clients show, what the API server issues).
+# what registries send (manifests, indexes, configs, challenges),
+# certificates (what clients show, what the API server issues), and the API
+# server's protobuf answers (a Lease renewal's, a Status).
 # Each starts from its corpus in tests/fuzz/corpus/<target> (copied: what a
 # run finds stays out of the repo); the unpacker's also from real layers
 # made here (busybox's, in gzip and zstd). A crash fails the run and leaves
@@ -20,7 +21,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]} > 0)) || targets=(unpack kubelet_query spdy_headers spdy_session websocket registry x509)
+((${#targets[@]} > 0)) || targets=(unpack kubelet_query spdy_headers spdy_session websocket registry x509 kube_protobuf)
 [[ $(id -u) == 0 ]] || { echo "fuzz.sh: run as root" >&2; exit 1; }
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

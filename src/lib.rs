@@ -9,7 +9,7 @@ pub mod config;
 pub(crate) mod helpers;
 pub mod http;
 pub mod image;
-pub(crate) mod kube;
+pub mod kube;
 pub mod monitor;
 pub(crate) mod mount;
 pub mod pod;

@@ -625,29 +625,39 @@ async fn lease_loop(ctx: Rc<Context>, api: Api, node_uid: String, lapsed: Rc<Cel
     let path = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
     let duration = ctx.config.node_lease_duration;
     let interval = duration / 4;
-    let mut cached: Option<Lease> = None;
+    // Of the Lease last written, only its version is kept: a renewal is a
+    // patch of renewTime on that version, answered in protobuf.
+    let mut cached_version: Option<String> = None;
     // The first renewal at a random point, so that nodes started together
     // do not renew in step.
     let mut first = true;
     loop {
         let started = Instant::now();
-        let cached_version = cached
-            .take()
-            .and_then(|lease| lease.metadata.resource_version);
-        let result = match cached_version {
+        let result = match cached_version.take() {
             Some(version) => {
                 let renewal = json!({
                     "metadata": {"resourceVersion": version},
                     "spec": {"renewTime": micro_now()},
                 });
-                api.patch::<Lease>(&path, PatchType::Merge, &renewal).await
+                api.patch_for_version(&path, PatchType::Merge, &renewal)
+                    .await
             }
-            None => ensure_lease(&api, &name, &node_uid, duration).await,
+            None => ensure_lease(&api, &name, &node_uid, duration)
+                .await
+                .and_then(|lease| {
+                    lease
+                        .metadata
+                        .resource_version
+                        .ok_or_else(|| KubeError::Decode {
+                            path: path.clone(),
+                            message: "the Lease has no resourceVersion".into(),
+                        })
+                }),
         };
         let troubled = first || result.is_err() || started.elapsed() > interval / 2;
         first = false;
         match result {
-            Ok(lease) => cached = Some(lease),
+            Ok(version) => cached_version = Some(version),
             // A conflict or an outage: fetch the lease afresh next time.
             Err(e) => {
                 if !e.is_unavailable() && !e.is_conflict() {

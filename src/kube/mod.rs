@@ -5,6 +5,7 @@ pub(crate) mod client;
 pub(crate) mod diff;
 pub(crate) mod identity;
 pub(crate) mod kubeconfig;
+pub mod protobuf;
 pub(crate) mod watch;
 
 use std::time::Duration;

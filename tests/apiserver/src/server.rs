@@ -31,8 +31,7 @@ use crate::status::{ApiError, ApiResult, success};
 use crate::store::{EventType, Watcher};
 use crate::table;
 
-/// kubectl's typed clients send this (and accept JSON back).
-const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+use crate::protobuf::PROTOBUF;
 
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = UnsyncBoxBody<Bytes, BodyError>;
@@ -128,10 +127,29 @@ fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
 }
 
 fn error_response(e: &ApiError) -> Response<Body> {
-    json_response(
-        StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        &e.to_status(),
-    )
+    error_response_for(e, "")
+}
+
+/// A Status, in protobuf to a client that prefers it, as the real server.
+fn error_response_for(e: &ApiError, accept: &str) -> Response<Body> {
+    let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    negotiated_response(code, &e.to_status(), accept)
+}
+
+/// An answer in protobuf when the client prefers it and the kind can be
+/// encoded; in JSON otherwise (protobuf clients accept JSON too).
+fn negotiated_response(status: StatusCode, value: &Value, accept: &str) -> Response<Body> {
+    let encoded = crate::protobuf::wanted(accept)
+        .then(|| crate::protobuf::encode(value))
+        .flatten();
+    match encoded {
+        Some(bytes) => Response::builder()
+            .status(status)
+            .header("Content-Type", PROTOBUF)
+            .body(full(bytes))
+            .unwrap_or_else(|_| Response::new(full(Bytes::new()))),
+        None => json_response(status, value),
+    }
 }
 
 fn text_response(status: StatusCode, text: &str) -> Response<Body> {
@@ -462,7 +480,7 @@ impl Server {
             };
             let response = match self.route(&path, &call).await {
                 Ok(r) => r,
-                Err(e) => error_response(&e),
+                Err(e) => error_response_for(&e, &accept),
             };
             (response, n)
         };
@@ -718,7 +736,7 @@ impl Server {
                 }
                 return Ok(json_response(status, &t));
             }
-            Ok(json_response(status, &value))
+            Ok(negotiated_response(status, &value, accept))
         };
         match (method, name, subresource) {
             (&Method::GET, None, _) => {
