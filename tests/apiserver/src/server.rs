@@ -31,8 +31,6 @@ use crate::status::{ApiError, ApiResult, success};
 use crate::store::{EventType, Watcher};
 use crate::table;
 
-use crate::protobuf::PROTOBUF;
-
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = UnsyncBoxBody<Bytes, BodyError>;
 
@@ -139,13 +137,13 @@ fn error_response_for(e: &ApiError, accept: &str) -> Response<Body> {
 /// An answer in protobuf when the client prefers it and the kind can be
 /// encoded; in JSON otherwise (protobuf clients accept JSON too).
 fn negotiated_response(status: StatusCode, value: &Value, accept: &str) -> Response<Body> {
-    let encoded = crate::protobuf::wanted(accept)
-        .then(|| crate::protobuf::encode(value))
+    let encoded = protobuf::wanted(accept)
+        .then(|| protobuf::encode(value))
         .flatten();
     match encoded {
         Some(bytes) => Response::builder()
             .status(status)
-            .header("Content-Type", PROTOBUF)
+            .header("Content-Type", protobuf::PROTOBUF)
             .body(full(bytes))
             .unwrap_or_else(|_| Response::new(full(Bytes::new()))),
         None => json_response(status, value),
@@ -702,7 +700,7 @@ impl Server {
             if body.is_empty() {
                 return Ok(json!({}));
             }
-            if content_type == PROTOBUF {
+            if content_type == protobuf::PROTOBUF {
                 return protobuf::decode(body).map_err(|e| match e {
                     protobuf::ProtobufError::UnknownKind { .. } => ApiError::new(
                         415,
