@@ -425,4 +425,22 @@ mod tests {
         assert!(e.is_unavailable());
         assert!(e.to_string().contains("Bad Gateway: oops"));
     }
+
+    /// A protobuf Status (the test API server's answer to a renewal on a
+    /// stale version): its reason and message, not its bytes, in the error.
+    #[test]
+    fn protobuf_status_bodies_become_errors() {
+        let body: Vec<u8> = include_str!("../../tests/fixtures/protobuf/status-conflict.hex")
+            .split_whitespace()
+            .map(|b| u8::from_str_radix(b, 16).unwrap_or(0))
+            .collect();
+        let e = status_error(Method::PATCH, "/l", StatusCode::CONFLICT, &body, true);
+        assert!(e.is_conflict());
+        let text = e.to_string();
+        assert!(
+            text.starts_with("PATCH /l: 409 Conflict: Operation cannot be fulfilled"),
+            "{text}"
+        );
+        assert!(!text.contains("k8s\0"), "{text}");
+    }
 }
