@@ -402,8 +402,11 @@ fn status_error(
         reason: reason
             .or_else(|| code.canonical_reason().map(str::to_owned))
             .unwrap_or_default(),
-        message: message
-            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()),
+        // An undecodable protobuf body is bytes, not text for a log line.
+        message: message.unwrap_or_else(|| match protobuf {
+            true => format!("{} bytes of protobuf that are not a Status", body.len()),
+            false => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+        }),
     }
 }
 
@@ -430,10 +433,7 @@ mod tests {
     /// stale version): its reason and message, not its bytes, in the error.
     #[test]
     fn protobuf_status_bodies_become_errors() {
-        let body: Vec<u8> = include_str!("../../tests/fixtures/protobuf/status-conflict.hex")
-            .split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap_or(0))
-            .collect();
+        let body = super::super::protobuf::conflict_status();
         let e = status_error(Method::PATCH, "/l", StatusCode::CONFLICT, &body, true);
         assert!(e.is_conflict());
         let text = e.to_string();
@@ -442,5 +442,11 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("k8s\0"), "{text}");
+        let e = status_error(Method::PATCH, "/l", StatusCode::CONFLICT, &body[..40], true);
+        assert!(
+            e.to_string()
+                .ends_with("40 bytes of protobuf that are not a Status"),
+            "{e}"
+        );
     }
 }

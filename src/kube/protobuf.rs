@@ -120,6 +120,21 @@ pub mod fuzzing {
     }
 }
 
+/// The test API server's answer to a renewal on a stale version.
+#[cfg(test)]
+pub(crate) fn conflict_status() -> Vec<u8> {
+    from_hex(include_str!(
+        "../../tests/fixtures/protobuf/status-conflict.hex"
+    ))
+}
+
+#[cfg(test)]
+fn from_hex(hex: &str) -> Vec<u8> {
+    hex.split_whitespace()
+        .map(|b| u8::from_str_radix(b, 16).unwrap_or(0))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,12 +148,6 @@ mod tests {
         ))
     }
 
-    fn from_hex(hex: &str) -> Vec<u8> {
-        hex.split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap_or(0))
-            .collect()
-    }
-
     #[test]
     fn reads_a_lease_resource_version() {
         assert_eq!(resource_version(&lease()).as_deref(), Ok("20"));
@@ -148,9 +157,7 @@ mod tests {
     /// (kubectl decodes its Status encoding, and prints its reason).
     #[test]
     fn reads_a_status() {
-        let body = from_hex(include_str!(
-            "../../tests/fixtures/protobuf/status-conflict.hex"
-        ));
+        let body = conflict_status();
         let (reason, message) = status_reason_and_message(&body).unwrap_or_default();
         assert_eq!(reason.as_deref(), Some("Conflict"));
         assert!(message.is_some_and(|m| m.contains("the object has been modified")));
