@@ -316,7 +316,7 @@ fn edit_replaces_and_delete_terminates_and_cleans_up() {
             "web",
             "  terminationGracePeriodSeconds: 3\n",
             &format!(
-                "  - name: polite\n    image: {image}\n    command: [sh, -c, 'trap \"exit 0\" TERM; echo {tag}; while true; do sleep 0.1; done']\n  - name: stubborn\n    image: {image}\n    command: [sh, -c, 'trap \"\" TERM; while true; do sleep 0.1; done']\n"
+                "  - name: polite\n    image: {image}\n    command: [sh, -c, 'trap \"exit 0\" TERM; echo {tag}; while true; do sleep 0.1; done']\n  - name: stubborn\n    image: {image}\n    command: [sh, -c, 'trap \"\" TERM; echo ignoring; while true; do sleep 0.1; done']\n"
             ),
         )
     };
@@ -327,14 +327,22 @@ fn edit_replaces_and_delete_terminates_and_cleans_up() {
     agent.write_manifest("web.yaml", &spec("v2"));
     let second = agent.wait_for("the edited pod", T, |a| {
         let r = a.record("web")?;
-        (r["uid"] != first_uid.as_str()
-            && r["status"]["containerStatuses"][0]["state"]["running"].is_object())
-        .then_some(r)
+        let statuses = r["status"]["containerStatuses"].as_array()?;
+        let all_running =
+            statuses.len() == 2 && statuses.iter().all(|c| c["state"]["running"].is_object());
+        (r["uid"] != first_uid.as_str() && all_running).then_some(r)
     });
     agent.wait_for("the old pod to go", T, |a| {
         (pod_dir_count(a) == 1).then_some(())
     });
     assert!(agent.logs("default/web", Some("polite")).contains("v2"));
+    // Until its trap is set the stubborn container would die of SIGTERM, and
+    // "running" in the status only says its process was started.
+    agent.wait_for("the stubborn container to ignore SIGTERM", T, |a| {
+        a.logs("default/web", Some("stubborn"))
+            .contains("ignoring")
+            .then_some(())
+    });
     let uid = second["uid"].as_str().unwrap().to_owned();
     assert!(!agent.cgroup_dirs("kubepods/besteffort").is_empty());
 
