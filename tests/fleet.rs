@@ -359,6 +359,54 @@ fn a_node_off_past_its_certificates_end_rejoins_through_the_bootstrap_token() {
     assert_eq!(after["restartCount"], 0);
 }
 
+/// The node's link is down from before its certificate's rotation until
+/// after the certificate's end, with the agent running all along: as
+/// upstream's certificate manager with an expired certificate, it asks for
+/// a new one with its bootstrap credentials, and its pod runs on.
+#[test]
+fn a_certificate_that_expires_while_the_link_is_down_is_replaced_through_the_bootstrap_token() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let api = ApiServer::start_with(&["--cluster-signing-duration", "30"]);
+    let work = TempDir::new("nanolet-expiry");
+    let (agent, _) = bootstrapping_agent(&registry, &api, "edge-40", work.path(), &[]);
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&pod("app", &image)));
+    let before = wait(&agent, "app running", T, || running(&api, "app"));
+    assert_eq!(issued_to(&api, "system:bootstrap:boot40").len(), 1);
+
+    // The node's requests hang from now on (its bootstrap token's do not:
+    // the cut is by user).
+    api.admin("POST", "/pause?user=system:node:edge-40");
+    let current = work.path().join("pki/kubelet-client-current.pem");
+    wait(&agent, "the certificate to expire", T, || {
+        let expired = !Command::new("openssl")
+            .args(["x509", "-noout", "-checkend", "0", "-in"])
+            .arg(&current)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        expired.then_some(())
+    });
+    wait(&agent, "a bootstrap with the token", T, || {
+        (issued_to(&api, "system:bootstrap:boot40").len() == 2).then_some(())
+    });
+    let log = agent.log();
+    assert!(log.contains("the client certificate expired at"), "{log}");
+    assert!(
+        issued_to(&api, "system:node:edge-40").is_empty(),
+        "a renewal went through the cut"
+    );
+
+    api.admin("POST", "/resume");
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&pod("later", &image)));
+    wait(&agent, "later running", T, || running(&api, "later"));
+    assert!(node_ready(&api, "edge-40"));
+    let after = running(&api, "app").unwrap();
+    assert_eq!(after["containerID"], before["containerID"]);
+    assert_eq!(after["restartCount"], 0);
+}
+
 /// After an outage, the nodes of a fleet come back spread over time: six
 /// nodes, the API server unreachable for 20 s (new connections dropped,
 /// open ones hung, as behind a broken link), then every request that
