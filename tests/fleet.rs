@@ -1,11 +1,11 @@
 //! A fleet joins and stays joined. A node that starts with only a bootstrap
 //! token: TLS bootstrap through the test API server's bootstrap tokens,
-//! csrapproving controller and signer, rotation of the client certificate
-//! with pods undisturbed, and a node whose certificate expired while it was
-//! off coming back through the bootstrap credentials with a clock behind
-//! the new certificate. And nodes coming back after an outage spread over
-//! time, not in one wave.
-
+//! csrapproving controller and signer, two rotations of the client and of
+//! the serving certificate with pods undisturbed, a client certificate that
+//! expires while the link is down, and a node whose certificate expired
+//! while it was off coming back through the bootstrap credentials with a
+//! clock behind the new certificate. And nodes coming back after an outage
+//! spread over time, not in one wave.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -119,6 +119,12 @@ fn bootstrapping_agent(
 /// The kubelet API's certificate, checked against the cluster's CA: its
 /// subject if it verifies, else None.
 fn served_by_the_cluster(api: &ApiServer, port: &str) -> Option<String> {
+    served_certificate(api, port).map(|(subject, _)| subject)
+}
+
+/// The kubelet API's certificate if it verifies against the cluster's CA:
+/// its subject and its PEM.
+fn served_certificate(api: &ApiServer, port: &str) -> Option<(String, String)> {
     let out = Command::new("openssl")
         .args([
             "s_client",
@@ -133,7 +139,30 @@ fn served_by_the_cluster(api: &ApiServer, port: &str) -> Option<String> {
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let subject = text.lines().find(|l| l.starts_with("subject="))?.to_owned();
-    (out.status.success() && text.contains("Verify return code: 0 (ok)")).then_some(subject)
+    let begin = text.find("-----BEGIN CERTIFICATE-----")?;
+    let end = text[begin..].find("-----END CERTIFICATE-----")? + begin;
+    let pem = text[begin..end].to_owned();
+    (out.status.success() && text.contains("Verify return code: 0 (ok)")).then_some((subject, pem))
+}
+
+/// Approves the serving requests nobody approved yet, as an administrator
+/// (or a serving-certificate approver) would.
+fn approve_serving_requests(api: &ApiServer) {
+    let pending: Vec<String> = get(api, &["get", "csr"])
+        .and_then(|list| list["items"].as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| {
+            c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+                && c["status"]["conditions"]
+                    .as_array()
+                    .is_none_or(|c| c.is_empty())
+        })
+        .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    for name in pending {
+        api.kubectl_ok(&["certificate", "approve", &name], None);
+    }
 }
 
 /// The client certificate requests `username` made that were issued.
@@ -227,8 +256,8 @@ fn a_node_with_only_a_bootstrap_token_joins_and_rotates_its_certificate() {
     );
     let name = serving["metadata"]["name"].as_str().unwrap();
     api.kubectl_ok(&["certificate", "approve", name], None);
-    let subject = wait(&agent, "the cluster's serving certificate", T, || {
-        served_by_the_cluster(&api, &port)
+    let (subject, first_serving) = wait(&agent, "the cluster's serving certificate", T, || {
+        served_certificate(&api, &port)
     });
     assert!(subject.contains("system:node:edge-32"), "{subject}");
     let events = api.kubectl_ok(
@@ -256,10 +285,23 @@ fn a_node_with_only_a_bootstrap_token_joins_and_rotates_its_certificate() {
     let (ok, out, err) = api.kubectl(&["exec", "app", "--", "echo", "exec works"], None);
     assert!(ok && out.trim() == "exec works", "{out} {err}");
 
-    // Two rotations, asked for by the node itself with its certificate.
-    wait(&agent, "two rotations", Duration::from_secs(120), || {
-        (agent.log().matches("client certificate rotated").count() >= 2).then_some(())
-    });
+    // Two rotations of each certificate, asked for by the node itself with
+    // its client certificate; the serving requests approved as they come.
+    let mut served = std::collections::BTreeSet::from([first_serving]);
+    wait(
+        &agent,
+        "two rotations of each",
+        Duration::from_secs(150),
+        || {
+            approve_serving_requests(&api);
+            served.extend(served_certificate(&api, &port).map(|(_, pem)| pem));
+            (agent.log().matches("client certificate rotated").count() >= 2 && served.len() >= 3)
+                .then_some(())
+        },
+    );
+    // The API server reaches the kubelet API through the newest one.
+    let (ok, out, err) = api.kubectl(&["exec", "app", "--", "echo", "still works"], None);
+    assert!(ok && out.trim() == "still works", "{out} {err}");
     let renewed = issued_to(&api, "system:node:edge-32");
     assert!(renewed.len() >= 2, "{renewed:?}");
     assert!(
