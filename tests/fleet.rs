@@ -6,6 +6,7 @@
 //! while it was off coming back through the bootstrap credentials with a
 //! clock behind the new certificate. And nodes coming back after an outage
 //! spread over time, not in one wave.
+
 mod common;
 
 use std::path::{Path, PathBuf};
