@@ -47,24 +47,33 @@ if [[ ${1:-} == --repeat ]]; then
   exit 0
 fi
 
-echo "== format and lints"
+# Each step's time, so that a suite near its 30 minutes shows where they go.
+step_start=$SECONDS
+step() {
+  echo "== took $((SECONDS - step_start)) s (suite so far $SECONDS s)"
+  step_start=$SECONDS
+  [[ -z ${1:-} ]] || echo "== $1"
+}
+trap step EXIT
+
+step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
-echo "== aarch64: static release build, unit tests under qemu"
+step "aarch64: static release build, unit tests under qemu"
 scripts/build-cross.sh --test
 
-echo "== unit and integration tests (agent and test API server)"
+step "unit and integration tests (agent and test API server)"
 cargo test --locked --workspace
 
 # Bounded: 13 s per parser of untrusted bytes (eight of them, in the
 # suite's 30 minutes), from the corpus in the repo.
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
-  echo "== fuzzing: every parser of untrusted bytes, 13 s each (nightly)"
+  step "fuzzing: every parser of untrusted bytes, 13 s each (nightly)"
   scripts/fuzz.sh 13
 else
   echo "== fuzzing skipped: no nightly toolchain (rustup toolchain install nightly)"
 fi
 
-echo "== cgroup v2 VM: cgroup v2 tests with crun and runc, standalone tests with crun"
+step "cgroup v2 VM: cgroup v2 tests with crun and runc, standalone tests with crun"
 scripts/test-vm.sh
