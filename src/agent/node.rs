@@ -469,17 +469,14 @@ pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
     *ctx.api_node.borrow_mut() = Some(NodeView::from_node(&node));
     log::info!("node {name} registered (uid {uid})");
     *ctx.node_uid.borrow_mut() = Some(uid.clone());
-    // Set when the Lease could not be renewed: the control plane may have
-    // marked the node NotReady meanwhile, so the next report is complete
-    // rather than a diff against what we last sent.
-    let lease_lapsed = Rc::new(Cell::new(false));
-    crate::rt::spawn(lease_loop(
-        ctx.clone(),
-        api.clone(),
-        uid,
-        lease_lapsed.clone(),
-    ))
-    .detach();
+    // When the Lease could not be renewed, the control plane may have
+    // marked the node NotReady meanwhile: reports are then complete rather
+    // than a diff against what we last sent, until one made after the
+    // Lease is renewed again. One that lands before that renewal may be
+    // marked over by the node lifecycle controller, still seeing the old
+    // Lease.
+    let lease = Rc::new(LeaseHealth::default());
+    crate::rt::spawn(lease_loop(ctx.clone(), api.clone(), uid, lease.clone())).detach();
 
     let mut last_report = Instant::now();
     // A first turn at a random point, as after trouble: nodes started
@@ -488,7 +485,7 @@ pub async fn run(ctx: Rc<Context>, api: Api, facts: NodeFacts) {
     loop {
         smol::Timer::after(next_turn(ctx.config.node_status_update_frequency, troubled)).await;
         troubled = false;
-        if lease_lapsed.replace(false) {
+        if lease.lapsed.get() || lease.renewed_after_lapse.replace(false) {
             sent = None;
             troubled = true;
         }
@@ -620,7 +617,7 @@ fn micro_now() -> MicroTime {
 /// with the cached resourceVersion as its precondition, which conflicts
 /// exactly where the UPDATE would. 8,640 renewals a day make its size the
 /// largest part of an idle node's uplink.
-async fn lease_loop(ctx: Rc<Context>, api: Api, node_uid: String, lapsed: Rc<Cell<bool>>) {
+async fn lease_loop(ctx: Rc<Context>, api: Api, node_uid: String, health: Rc<LeaseHealth>) {
     let name = ctx.config.node_name.clone();
     let path = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
     let duration = ctx.config.node_lease_duration;
@@ -657,17 +654,32 @@ async fn lease_loop(ctx: Rc<Context>, api: Api, node_uid: String, lapsed: Rc<Cel
         let troubled = first || result.is_err() || started.elapsed() > interval / 2;
         first = false;
         match result {
-            Ok(version) => cached_version = Some(version),
+            Ok(version) => {
+                cached_version = Some(version);
+                if health.lapsed.replace(false) {
+                    health.renewed_after_lapse.set(true);
+                }
+            }
             // A conflict or an outage: fetch the lease afresh next time.
             Err(e) => {
                 if !e.is_unavailable() && !e.is_conflict() {
                     log::warn!("lease: {e}");
                 }
-                lapsed.set(true);
+                health.lapsed.set(true);
             }
         }
         smol::Timer::after(next_turn(interval, troubled)).await;
     }
+}
+
+/// What the Lease loop tells the node status loop.
+#[derive(Default)]
+struct LeaseHealth {
+    /// The last renewal failed.
+    lapsed: Cell<bool>,
+    /// A renewal succeeded after a failed one, and no report was made
+    /// since.
+    renewed_after_lapse: Cell<bool>,
 }
 
 /// The wait before a periodic request's next turn: its interval with 4 %

@@ -1344,9 +1344,10 @@ impl Server {
 }
 
 impl Server {
-    /// The node lifecycle controller's core: a node whose Lease has not
-    /// been renewed within the grace period gets Ready=Unknown and the
-    /// unreachable taints.
+    /// The node lifecycle controller's core: a node that has neither
+    /// renewed its Lease nor posted a Ready heartbeat within the grace
+    /// period gets Ready=Unknown and the unreachable taints (the real
+    /// controller takes either as a sign of life).
     pub fn node_lifecycle(&self) {
         let nodes = self.api.store.borrow().list("/nodes", None);
         let now = jiff::Timestamp::now();
@@ -1376,8 +1377,16 @@ impl Server {
                         .and_then(Value::as_str)
                         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                 });
-            let fresh =
-                renewed.is_some_and(|t| now.duration_since(t).unsigned_abs() <= self.node_grace);
+            let heartbeat = node
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                .and_then(|c| c["lastHeartbeatTime"].as_str())
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let fresh = [renewed, heartbeat]
+                .into_iter()
+                .flatten()
+                .any(|t| now.duration_since(t).unsigned_abs() <= self.node_grace);
             if fresh {
                 continue;
             }
