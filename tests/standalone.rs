@@ -780,6 +780,63 @@ fn config_errors_exit_2_naming_key_and_file() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Every path under `dir` with its size and modification time.
+fn tree_listing(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64, std::time::SystemTime)> {
+    let mut all = Vec::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(path) = pending.pop() {
+        let meta = fs::symlink_metadata(&path).unwrap();
+        all.push((path.clone(), meta.len(), meta.modified().unwrap()));
+        if meta.is_dir() {
+            pending.extend(fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    all.sort();
+    all
+}
+
+/// An older agent put back over the state dir of a newer one (a board
+/// downgraded) refuses it, naming the format, and writes nothing there.
+#[test]
+fn a_state_dir_of_a_newer_format_is_refused_and_left_untouched() {
+    let dir = common::TempDir::new("nanolet-format");
+    let state = dir.path().join("state");
+    fs::create_dir_all(state.join("pods/3f1c-uid")).unwrap();
+    fs::write(state.join("pods/3f1c-uid/pod.json"), "{}").unwrap();
+    fs::write(state.join("format"), "1000\n").unwrap();
+    let before = tree_listing(&state);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args(["run", "--healthz-port", "0", "--state-dir"])
+        .arg(&state)
+        .arg("--static-pod-path")
+        .arg(dir.path().join("manifests"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // An agent that took the dir would run on: it must have exited.
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > T {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the agent took a newer state dir and ran");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains("format 1000") && err.contains("newer nanolet"),
+        "{err}"
+    );
+    assert_eq!(tree_listing(&state), before);
+}
+
 /// The runtime's command line for this agent's containers.
 fn runtime_cmd(agent: &Agent) -> std::process::Command {
     let mut cmd = std::process::Command::new(common::runtime());

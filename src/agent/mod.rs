@@ -46,6 +46,8 @@ use crate::state::{self, Layout, StateError};
 pub enum AgentError {
     #[error(transparent)]
     State(#[from] StateError),
+    #[error(transparent)]
+    StateFormat(#[from] crate::state::format::FormatError),
     #[error("runtime {path}: {message}")]
     Runtime { path: String, message: String },
     #[error("{0}")]

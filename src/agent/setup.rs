@@ -48,6 +48,16 @@ pub(super) async fn context(
 ) -> Result<(Rc<Context>, String, Option<Cluster>), AgentError> {
     let layout = Layout::new(&config.state_dir);
     state::create_dir_all(&layout.root, 0o700)?;
+    // Before anything is written there: a newer agent's state dir is left
+    // as it is.
+    match state::format::prepare(&layout)? {
+        state::format::Prepared::Migrated { from } => log::info!(
+            "{}: state dir migrated from format {from} to {}",
+            layout.root.display(),
+            state::format::CURRENT
+        ),
+        state::format::Prepared::New | state::format::Prepared::Current => {}
+    }
     state::create_dir_all(&layout.pods(), 0o700)?;
     state::create_dir_all(&config.pod_logs_dir, 0o755)?;
     state::write_atomic(

@@ -5,6 +5,7 @@
 //! directory), so a reader sees either the old or the new content, never a
 //! torn one.
 
+pub mod format;
 pub(crate) mod records;
 
 use std::fs::{self, File};
