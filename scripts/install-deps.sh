@@ -9,12 +9,14 @@ set -euo pipefail
 # curl is not in the brief's list but registry.sh needs it for its readiness
 # probe, and minimal images do not always ship it.
 COMMANDS=(runc crun docker-registry skopeo umoci busybox jq htpasswd qemu-aarch64-static mkfs.ext4 curl file
-  aarch64-linux-gnu-gcc iptables qemu-system-x86_64 zstd)
+  aarch64-linux-gnu-gcc arm-linux-gnueabihf-gcc arm-linux-gnueabi-gcc riscv64-linux-gnu-gcc
+  iptables qemu-system-x86_64 zstd)
 PACKAGES=(runc crun docker-registry skopeo umoci busybox-static jq apache2-utils
   qemu-user-static e2fsprogs iproute2 musl-tools gcc-aarch64-linux-gnu
-  libc6-dev-arm64-cross curl file iptables containernetworking-plugins
+  libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross gcc-arm-linux-gnueabi
+  libc6-dev-armel-cross gcc-riscv64-linux-gnu libc6-dev-riscv64-cross curl file iptables containernetworking-plugins
   qemu-system-x86 linux-image-amd64 python3-grpcio python3-kubernetes python3-yaml zstd apparmor)
-RUST_TARGETS=(aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
+RUST_TARGETS=(aarch64-unknown-linux-musl x86_64-unknown-linux-musl riscv64gc-unknown-linux-gnu)
 
 missing=()
 for c in "${COMMANDS[@]}"; do
@@ -75,6 +77,16 @@ if command -v rustup >/dev/null 2>&1; then
   if ((${#want[@]} > 0)); then
     echo "install-deps: adding rust targets ${want[*]}" >&2
     if ! out="$(rustup target add "${want[@]}" 2>&1)"; then
+      echo "$out" >&2
+      exit 1
+    fi
+  fi
+  # armv7 and armv6 have no std from rustup here: nightly builds it from
+  # its source (scripts/build-cross.sh).
+  if rustup toolchain list 2>/dev/null | grep -q '^nightly' &&
+    ! rustup +nightly component list --installed 2>/dev/null | grep -q '^rust-src'; then
+    echo "install-deps: adding rust-src to the nightly toolchain" >&2
+    if ! out="$(rustup component add rust-src --toolchain nightly 2>&1)"; then
       echo "$out" >&2
       exit 1
     fi
