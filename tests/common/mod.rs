@@ -221,6 +221,8 @@ pub struct Agent {
     netns: Option<PathBuf>,
     /// Passed to the agent as [`INHERITED_FD`] by [`Agent::spawn`].
     inherited: Option<std::os::fd::OwnedFd>,
+    /// The agent's binary, when not the one built for these tests.
+    binary: Option<PathBuf>,
 }
 
 /// Where [`Agent::inherit`]'s descriptor is in the agent.
@@ -260,7 +262,14 @@ impl Agent {
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             netns: netns.map(|n| n.path.clone()),
             inherited: None,
+            binary: None,
         }
+    }
+
+    /// The binary the next [`Agent::spawn`] starts: another build of the
+    /// agent (an older release), or `None` for the one under test.
+    pub fn set_binary(&mut self, binary: Option<PathBuf>) {
+        self.binary = binary;
     }
 
     /// A descriptor each later [`Agent::spawn`] leaves open in the agent
@@ -313,15 +322,18 @@ impl Agent {
             .append(true)
             .open(self.dir.path().join("agent.log"))
             .unwrap();
+        let binary = self
+            .binary
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_nanolet")));
         let mut command = match &self.netns {
             // nsenter execs the agent: the child's pid is the agent's.
             Some(netns) => {
                 let mut c = Command::new("nsenter");
-                c.arg(format!("--net={}", netns.display()))
-                    .arg(env!("CARGO_BIN_EXE_nanolet"));
+                c.arg(format!("--net={}", netns.display())).arg(&binary);
                 c
             }
-            None => Command::new(env!("CARGO_BIN_EXE_nanolet")),
+            None => Command::new(&binary),
         };
         if let Some(fd) = &self.inherited {
             use std::os::fd::AsRawFd;
