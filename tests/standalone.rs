@@ -2442,6 +2442,15 @@ fn check_reports_what_the_node_offers() {
     let text = String::from_utf8_lossy(&fine.stdout).into_owned();
     assert!(fine.status.success(), "{text}");
     assert!(text.contains("ok    runtime"), "{text}");
+    // The memory controller these tests need; swap as /proc/swaps has it.
+    assert!(text.contains("ok    memory"), "{text}");
+    let swap_on = fs::read_to_string("/proc/swaps").unwrap().lines().count() > 1;
+    let swap_line = if swap_on {
+        "swap is on ("
+    } else {
+        "ok    swap         off"
+    };
+    assert!(text.contains(swap_line), "{text}");
     assert!(
         text.contains("pods off the host network get loopback only"),
         "{text}"

@@ -84,6 +84,30 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
         Version::V1 => (config.runtime == RuntimeKind::Runc, "v1".to_owned()),
     };
     line(good, "cgroups", text)?;
+    let controllers = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").ok();
+    let v1_table = std::fs::read_to_string("/proc/cgroups").ok();
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    match memory_controller_missing(
+        version,
+        controllers.as_deref(),
+        v1_table.as_deref(),
+        &cmdline,
+    ) {
+        None => line(
+            true,
+            "memory",
+            "the memory controller is enabled".to_owned(),
+        )?,
+        Some(why) => line(false, "memory", why)?,
+    }
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
+    match swap_kib(&swaps) {
+        0 => line(true, "swap", "off".to_owned())?,
+        kib => warnings.push(format!(
+            "swap is on ({} MiB in /proc/swaps): memory limits do not bound what containers swap out, and upstream's kubelet refuses to start with swap on (failSwapOn); on Raspberry Pi OS: sudo dphys-swapfile swapoff && sudo systemctl disable dphys-swapfile",
+            kib / 1024
+        )),
+    }
 
     let overlay = std::fs::read_to_string("/proc/filesystems").is_ok_and(|f| {
         f.lines()
@@ -168,4 +192,93 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
         writeln!(out, "{:<5} {:<12} {warning}", "warn", "advisory")?;
     }
     Ok(ok)
+}
+
+/// Why pods would get no memory limits here, in words a Raspberry Pi user
+/// can act on, or `None` when the memory controller is there. Raspberry Pi
+/// kernels boot with it disabled unless the command line enables it.
+fn memory_controller_missing(
+    version: Version,
+    v2_controllers: Option<&str>,
+    v1_table: Option<&str>,
+    cmdline: &str,
+) -> Option<String> {
+    let enabled = match version {
+        Version::V2 => v2_controllers.is_some_and(|c| c.split_whitespace().any(|c| c == "memory")),
+        // /proc/cgroups: name, hierarchy, cgroups, enabled.
+        Version::Hybrid | Version::V1 => v1_table.is_some_and(|table| {
+            table.lines().any(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                fields.first() == Some(&"memory") && fields.get(3) == Some(&"1")
+            })
+        }),
+    };
+    if enabled {
+        return None;
+    }
+    let disabled_by = cmdline
+        .split_whitespace()
+        .find(|arg| *arg == "cgroup_disable=memory")
+        .map(|arg| format!(" (the kernel command line has {arg})"))
+        .unwrap_or_default();
+    Some(format!(
+        "the memory controller is disabled{disabled_by}: pods get no memory limits and eviction cannot see their use; add cgroup_enable=memory cgroup_memory=1 to the kernel command line (/boot/firmware/cmdline.txt on Raspberry Pi OS, /boot/cmdline.txt before Bookworm) and reboot"
+    ))
+}
+
+/// The swap in use or available, in KiB, from /proc/swaps.
+fn swap_kib(swaps: &str) -> u64 {
+    swaps
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pi_kernel_without_the_memory_controller_is_told_what_to_add() {
+        let why = memory_controller_missing(
+            Version::V2,
+            Some("cpuset cpu io pids\n"),
+            None,
+            "console=serial0,115200 cgroup_disable=memory root=PARTUUID=1",
+        )
+        .unwrap();
+        assert!(why.contains("cgroup_disable=memory"), "{why}");
+        assert!(
+            why.contains("cgroup_enable=memory cgroup_memory=1"),
+            "{why}"
+        );
+        assert!(why.contains("/boot/firmware/cmdline.txt"), "{why}");
+        assert_eq!(
+            memory_controller_missing(Version::V2, Some("cpu memory pids"), None, ""),
+            None
+        );
+    }
+
+    #[test]
+    fn v1_reads_the_enabled_column_of_proc_cgroups() {
+        let table =
+            "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t2\t1\t1\nmemory\t0\t1\t0\n";
+        assert!(memory_controller_missing(Version::Hybrid, None, Some(table), "").is_some());
+        let table = table.replace("memory\t0\t1\t0", "memory\t4\t80\t1");
+        assert_eq!(
+            memory_controller_missing(Version::V1, None, Some(&table), ""),
+            None
+        );
+        // Unreadable: not there, as far as pods go.
+        assert!(memory_controller_missing(Version::V1, None, None, "").is_some());
+    }
+
+    #[test]
+    fn swap_is_summed_from_proc_swaps() {
+        let swaps = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n/var/swap file 102396 0 -2\n/dev/zram0 partition 204800 12 100\n";
+        assert_eq!(swap_kib(swaps), 307196);
+        assert_eq!(swap_kib("Filename Type Size Used Priority\n"), 0);
+        assert_eq!(swap_kib(""), 0);
+    }
 }
