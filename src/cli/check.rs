@@ -109,29 +109,38 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
         )),
     }
 
-    let overlay = std::fs::read_to_string("/proc/filesystems").is_ok_and(|f| {
+    let loaded = std::fs::read_to_string("/proc/filesystems").is_ok_and(|f| {
         f.lines()
             .any(|l| l.split_whitespace().last() == Some("overlay"))
     });
+    // A module the kernel loads at the first overlay mount (Debian's and
+    // Raspberry Pi OS's kernels) is as good as a loaded one.
+    let module = !loaded && kernel_has_module("overlay");
     line(
-        overlay,
+        loaded || module,
         "overlayfs",
-        if overlay {
+        if loaded {
             "available".to_owned()
+        } else if module {
+            "a module of this kernel, loaded at the first mount".to_owned()
         } else {
-            "not in /proc/filesystems (modprobe overlay)".to_owned()
+            "not in /proc/filesystems nor among this kernel's modules".to_owned()
         },
     )?;
 
     // Not loaded here (check changes nothing); the agent loads it at start.
-    let apparmor = if crate::runtime::apparmor::kernel_enabled() {
+    let parser = crate::runtime::apparmor::parser();
+    let apparmor = if !crate::runtime::apparmor::kernel_enabled() {
+        "not enabled: pods asking for a profile are refused".to_owned()
+    } else if std::path::Path::new(parser).is_absolute() {
         format!(
-            "enabled; the agent loads {} with {} at start",
+            "enabled; the agent loads {} with {parser} at start",
             crate::runtime::apparmor::RUNTIME_DEFAULT,
-            crate::runtime::apparmor::parser()
         )
     } else {
-        "not enabled: pods asking for a profile are refused".to_owned()
+        format!(
+            "enabled, but {parser} is not installed (the apparmor package): containers without a profile run unconfined, and RuntimeDefault is refused"
+        )
     };
     line(true, "apparmor", apparmor)?;
 
@@ -226,6 +235,30 @@ fn memory_controller_missing(
     ))
 }
 
+/// Whether the running kernel has `name` as a module (built in or
+/// loadable), by its modules.builtin and modules.dep.
+fn kernel_has_module(name: &str) -> bool {
+    let Ok(release) =
+        nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned())
+    else {
+        return false;
+    };
+    let dir = std::path::Path::new("/lib/modules").join(release);
+    ["modules.builtin", "modules.dep"].iter().any(|file| {
+        std::fs::read_to_string(dir.join(file)).is_ok_and(|text| lists_module(&text, name))
+    })
+}
+
+/// Whether a modules.builtin or modules.dep text names module `name`
+/// (`kernel/fs/overlayfs/overlay.ko`, compressed or not, before any `:`).
+fn lists_module(text: &str, name: &str) -> bool {
+    text.lines().any(|line| {
+        let path = line.split(':').next().unwrap_or("");
+        let file = path.rsplit('/').next().unwrap_or("");
+        file.split(".ko").next() == Some(name) && file.contains(".ko")
+    })
+}
+
 /// The swap in use or available, in KiB, from /proc/swaps.
 fn swap_kib(swaps: &str) -> u64 {
     swaps
@@ -272,6 +305,18 @@ mod tests {
         );
         // Unreadable: not there, as far as pods go.
         assert!(memory_controller_missing(Version::V1, None, None, "").is_some());
+    }
+
+    #[test]
+    fn a_module_is_found_in_modules_dep_compressed_or_not() {
+        let dep = "kernel/fs/overlayfs/overlay.ko: \nkernel/net/9p/9pnet.ko.xz: kernel/fs/netfs/netfs.ko.xz\n";
+        assert!(lists_module(dep, "overlay"));
+        assert!(lists_module(dep, "9pnet"));
+        // A dependency is not the module, nor a prefix of a name.
+        assert!(!lists_module(dep, "netfs"));
+        assert!(!lists_module(dep, "overlayfs"));
+        assert!(!lists_module(dep, "9p"));
+        assert!(lists_module("kernel/fs/overlayfs/overlay.ko\n", "overlay"));
     }
 
     #[test]

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The standalone smoke test, run inside the ARM VM by scripts/test-arm.sh:
+# the agent pulls busybox from a two-platform index and runs a pod; its
+# logs; `kill -9` of the agent and a new agent adopting the container (same
+# ID, no restart); the manifest deleted and nothing of the pod left
+# (containers, mounts, cgroups, monitors, pod dirs).
+# Usage: scripts/arm-smoke.sh BINARY REGISTRY ARM64_MANIFEST_DIGEST RUNTIME
+set -euo pipefail
+binary=$1 registry=$2 arm_digest=$3 runtime=$4
+
+work=/var/lib/nanolet-smoke
+state=$work/state manifests=$work/manifests logs=$work/logs
+mkdir -p "$manifests" "$logs"
+agent_pid=""
+fail() {
+  echo "arm-smoke: FAIL ($runtime): $*" >&2
+  echo "--- agent log ---" >&2
+  tail -40 "$work/agent.log" >&2 || true
+  exit 1
+}
+start_agent() {
+  "$binary" run --static-pod-path "$manifests" --state-dir "$state" --pod-logs-dir "$logs" \
+    --runtime "$runtime" --insecure-registry "$registry" --healthz-port 0 >>"$work/agent.log" 2>&1 &
+  agent_pid=$!
+}
+# Polls `$@` for up to $1 seconds (emulated: everything is slow).
+wait_for() {
+  local what=$1 seconds=$2
+  shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@"; do
+    ((SECONDS < deadline)) || fail "timed out after ${seconds}s waiting for $what"
+    sleep 1
+  done
+}
+record() {
+  cat "$state"/pods/*/status.json 2>/dev/null | jq -s 'map(select(.name == "smoke")) | .[0] // empty'
+}
+running() {
+  [[ $(record | jq -r '.status.containerStatuses[0].state.running != null') == true ]]
+}
+container_id() {
+  record | jq -r '.status.containerStatuses[0].containerID'
+}
+
+echo "arm-smoke: $(uname -m), kernel $(uname -r), $("$runtime" --version | head -n 1), cgroup $(stat -fc %T /sys/fs/cgroup)"
+[[ $(uname -m) == aarch64 ]] || fail "not an aarch64 machine"
+start_agent
+cat >"$manifests/smoke.yaml" <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: smoke, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: $registry/test/busybox:1
+    command: [sh, -c, 'echo hello from \$(uname -m); exec sleep 3600']
+EOF
+wait_for "the pod to run" 600 running
+grep -rqF "$arm_digest" "$state/images/" || fail "the arm64 manifest $arm_digest was not the one pulled"
+wait_for "the pod's log" 60 bash -c "'$binary' logs --state-dir '$state' default/smoke | grep -q 'hello from aarch64'"
+echo "arm-smoke: the pod runs and logs: $("$binary" logs --state-dir "$state" default/smoke)"
+
+# kill -9 of the agent: the next one adopts the container.
+before=$(container_id)
+kill -9 "$agent_pid"
+wait "$agent_pid" 2>/dev/null || true
+start_agent
+adopted() {
+  grep -q "adopt" "$work/agent.log" && running && [[ $(container_id) == "$before" ]]
+}
+wait_for "the container to be adopted" 300 adopted
+[[ $(record | jq -r '.status.containerStatuses[0].restartCount') == 0 ]] || fail "the container restarted"
+echo "arm-smoke: adopted $before after kill -9"
+
+# Deleted: nothing of the pod is left.
+rm "$manifests/smoke.yaml"
+gone() { ! compgen -G "$state/pods/*" >/dev/null; }
+wait_for "the pod to be removed" 300 gone
+left=$("$runtime" --root "$state/runtime" list -q 2>/dev/null || true)
+[[ -z $left ]] || fail "containers left: $left"
+if grep -qF " $state/" /proc/self/mountinfo; then
+  fail "mounts left: $(grep -F " $state/" /proc/self/mountinfo)"
+fi
+if compgen -G "/sys/fs/cgroup/kubepods/*pod*" >/dev/null || compgen -G "/sys/fs/cgroup/kubepods/*/pod*" >/dev/null; then
+  fail "pod cgroups left: $(ls -d /sys/fs/cgroup/kubepods/*pod* /sys/fs/cgroup/kubepods/*/pod* 2>/dev/null)"
+fi
+if pgrep -f "monitor --pod-dir $state" >/dev/null; then
+  fail "monitors left: $(pgrep -af "monitor --pod-dir $state")"
+fi
+kill -TERM "$agent_pid"
+wait "$agent_pid" 2>/dev/null || true
+echo "arm-smoke: passed with $runtime"
