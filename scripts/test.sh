@@ -2,9 +2,11 @@
 # Installs what the suite needs, then runs all of it: formatting and lints,
 # unit and integration tests (real registry, runc, overlayfs, kubectl against
 # the test API server, CNI in a network namespace of the tests' own; as
-# root), the static aarch64 build with its unit tests under qemu, every
-# fuzz target for a bounded time (scripts/fuzz.sh, with a nightly
-# toolchain), and the cgroup v2 part in a qemu VM (scripts/test-vm.sh).
+# root), the boards' static builds with their size budget and the aarch64
+# unit tests under qemu, the release tarball's install, every fuzz target
+# for a bounded time (scripts/fuzz.sh, with a nightly toolchain), the cgroup
+# v2 part in a qemu VM (scripts/test-vm.sh), and the standalone smoke test
+# on an ARM kernel (scripts/test-arm.sh).
 #
 # Usage: scripts/test.sh                    the whole suite
 #        scripts/test.sh --repeat N TEST... the tests these filters match (as
@@ -60,11 +62,33 @@ step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
-step "aarch64: static release build, unit tests under qemu"
-scripts/build-cross.sh --test
+# The previous release's agent (for the upgrade test), the boards' static
+# binaries (and the aarch64 unit tests under qemu) and the ARM VM's system
+# build at the lowest priority while the integration tests run: those
+# mostly wait on containers and timers, and leave the cores idle.
+step "in the background: the previous release's agent; static release builds for aarch64, armv7, armv6, riscv64 (size-checked); aarch64 unit tests under qemu; the ARM VM's system (once)"
+boards_log=$(mktemp /tmp/nanolet-boards.XXXXXX)
+previous=$(mktemp /tmp/nanolet-previous.XXXXXX)
+# A process group of its own, so that a failed suite stops its cargo too.
+setsid nice -n 19 bash -c 'scripts/build-previous.sh >"$1" && scripts/build-cross.sh --test --all && scripts/arm-vm.sh --build' \
+  sh "$previous" >"$boards_log" 2>&1 &
+boards=$!
+trap 'kill -- -$boards 2>/dev/null || true; rm -f "$boards_log" "$previous"; step' EXIT
 
 step "unit and integration tests (agent and test API server)"
 cargo test --locked --workspace
+
+step "waiting for the boards' builds"
+if ! wait "$boards"; then
+  cat "$boards_log"
+  echo "test.sh: the boards' builds or their checks failed" >&2
+  exit 1
+fi
+grep -E '^(aarch64|armv7|armv6|riscv64) |test result' "$boards_log"
+
+step "the release tarball's install; the agent upgraded under running pods"
+scripts/test-install.sh aarch64
+NANOLET_PREVIOUS_AGENT=$(cat "$previous") cargo test --locked --test upgrade -- --ignored
 
 # Bounded: 13 s per parser of untrusted bytes (eight of them, in the
 # suite's 30 minutes), from the corpus in the repo.
@@ -77,3 +101,6 @@ fi
 
 step "cgroup v2 VM: cgroup v2 tests with crun and runc, standalone tests with crun"
 scripts/test-vm.sh
+
+step "ARM VM: the aarch64 binary's standalone smoke test on Debian arm64 with runc and crun"
+scripts/test-arm.sh
