@@ -37,10 +37,10 @@ cgroup_v2=$(grep '/cgroup_v2-' <<<"$binaries")
 standalone=$(grep '/standalone-' <<<"$binaries")
 [[ -x $cgroup_v2 && -x $standalone ]] || { echo "test-vm.sh: test binaries not found" >&2; exit 1; }
 
+# What differs between the runtimes or needs cgroup v2 (probes, init
+# containers and hooks, runtime-agnostic, run on the host only: the suite's
+# 30 minutes).
 selection=(a_container_over_its_memory_limit_is_oom_killed
-  probes_gate_readiness_and_restart_unhealthy_containers
-  init_containers_run_in_order
-  hooks_termination_messages
   security_contexts_and_volume_options
   kill9_of_the_agent_adopts_running_containers
   shared_process_namespace

@@ -40,7 +40,7 @@ command -v qemu-system-x86_64 >/dev/null || { echo "vm.sh: qemu-system-x86_64 mi
 # The initramfs is built once per kernel and busybox, under target/.
 cache="$repo/target/vm/$version"
 initrd="$cache/initrd.cpio.gz"
-if [[ ! -s $initrd || /bin/busybox -nt $initrd || $0 -nt $initrd ]]; then
+if [[ ! -s $initrd || /bin/busybox -nt $initrd || $0 -nt $initrd || $repo/scripts/vm-guest-mounts.sh -nt $initrd ]]; then
   rm -rf "$cache/root"
   mkdir -p "$cache/root"/{bin,dev,proc,sys,mnt/root,mnt/scratch,modules}
   cp /bin/busybox "$cache/root/bin/busybox"
@@ -66,29 +66,16 @@ while read -r m; do insmod "/modules/$m" || echo "vm: insmod $m failed"; done </
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 hostroot /mnt/root
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 scratch /mnt/scratch
 r=/mnt/root
-mount -t proc proc $r/proc
-mount -t sysfs sys $r/sys
-mount -t securityfs securityfs $r/sys/kernel/security
-mount -t devtmpfs dev $r/dev
-mkdir -p $r/dev/pts $r/dev/shm
-ln -sf /proc/self/fd $r/dev/fd
-ln -sf /proc/self/fd/0 $r/dev/stdin
-ln -sf /proc/self/fd/1 $r/dev/stdout
-ln -sf /proc/self/fd/2 $r/dev/stderr
-mount -t devpts -o newinstance,ptmxmode=0666 devpts $r/dev/pts
-mount -t tmpfs tmpfs $r/dev/shm
-mount -t cgroup2 cgroup2 $r/sys/fs/cgroup
-for d in tmp run var/tmp; do mount -t tmpfs -o mode=1777 tmpfs $r/$d; done
+. /guest-mounts.sh
+guest_mounts $r
 mkdir -p $r/run/vm-scratch && mount --bind /mnt/scratch $r/run/vm-scratch
-# Every controller for the jobs' subtrees, as systemd sets a v2 host up.
-controllers=$(cat $r/sys/fs/cgroup/cgroup.controllers)
-for c in $controllers; do echo "+$c" >$r/sys/fs/cgroup/cgroup.subtree_control; done
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 # switch_root, not chroot: the shared root must be the root of the mount
 # namespace, or runtimes that join a container's namespaces (exec) land in
 # the initramfs.
 exec switch_root $r /bin/bash -c 'bash /run/vm-scratch/job; echo $? >/run/vm-scratch/rc; sync; /bin/busybox poweroff -f'
 INIT
+  cp "$repo/scripts/vm-guest-mounts.sh" "$cache/root/guest-mounts.sh"
   chmod +x "$cache/root/init"
   (cd "$cache/root" && find . | cpio -o -H newc --quiet | gzip -1 >"$initrd.tmp")
   mv "$initrd.tmp" "$initrd"

@@ -365,16 +365,7 @@ fn edit_replaces_and_delete_terminates_and_cleans_up() {
     );
 
     // Nothing of the pod is left.
-    assert!(
-        agent.runtime_containers().is_empty(),
-        "{:?}",
-        agent.runtime_containers()
-    );
-    assert!(
-        common::mounts_under(&agent.state).is_empty(),
-        "{:?}",
-        common::mounts_under(&agent.state)
-    );
+    agent.assert_no_containers_nor_mounts();
     assert!(
         agent
             .cgroup_dirs(&format!("kubepods/besteffort/pod{uid}"))

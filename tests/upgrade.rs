@@ -67,8 +67,7 @@ fn the_agent_replaced_under_running_pods_adopts_them() {
     let adopted = agent.wait_for("the pod adopted", T, |a| {
         let r = a.record("app")?;
         let status = &r["status"]["containerStatuses"][0];
-        (status["state"]["running"].is_object() && status["containerID"] == container)
-            .then_some(r)
+        (status["state"]["running"].is_object() && status["containerID"] == container).then_some(r)
     });
     assert_eq!(
         adopted["status"]["containerStatuses"][0]["restartCount"], 0,
@@ -93,14 +92,5 @@ fn the_agent_replaced_under_running_pods_adopts_them() {
             .unwrap_or(false)
             .then_some(())
     });
-    assert!(
-        agent.runtime_containers().is_empty(),
-        "{:?}",
-        agent.runtime_containers()
-    );
-    assert!(
-        common::mounts_under(&agent.state).is_empty(),
-        "{:?}",
-        common::mounts_under(&agent.state)
-    );
+    agent.assert_no_containers_nor_mounts();
 }

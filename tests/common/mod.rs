@@ -505,6 +505,15 @@ impl Agent {
         )
     }
 
+    /// Neither a container in the agent's runtime nor a mount under its
+    /// state dir is left.
+    pub fn assert_no_containers_nor_mounts(&self) {
+        let containers = self.runtime_containers();
+        assert!(containers.is_empty(), "{containers:?}");
+        let mounts = mounts_under(&self.state);
+        assert!(mounts.is_empty(), "{mounts:?}");
+    }
+
     pub fn runtime_containers(&self) -> Vec<Value> {
         let out = Command::new(runtime())
             .arg("--root")
