@@ -9,26 +9,13 @@ set -euo pipefail
 tarball=$1 registry=$2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-fail() {
-  echo "arm-install: FAIL: $*" >&2
-  journalctl -u nanolet --no-pager 2>/dev/null | tail -40 >&2 || true
-  exit 1
+job=arm-install
+state=/var/lib/nanolet
+show_failure() {
+  journalctl -u nanolet --no-pager | tail -40
 }
-wait_for() {
-  local what=$1 seconds=$2
-  shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    ((SECONDS < deadline)) || fail "timed out after ${seconds}s waiting for $what"
-    sleep 1
-  done
-}
-record() {
-  cat /var/lib/nanolet/pods/*/status.json 2>/dev/null | jq -s 'map(select(.name == "smoke")) | .[0] // empty'
-}
-running() {
-  [[ $(record | jq -r '.status.containerStatuses[0].state.running != null') == true ]]
-}
+# shellcheck source=scripts/arm-lib.sh
+. "$here/arm-lib.sh"
 main_pid() {
   systemctl show -p MainPID --value nanolet.service
 }
@@ -59,8 +46,8 @@ spec:
     image: $registry/test/busybox:1
     command: [sh, -c, 'echo hello from the installed agent; exec sleep 3600']
 EOF
-wait_for "the pod to run" 600 running
-ip=$(record | jq -r '.status.podIP // empty')
+wait_for "the pod to run" 600 running smoke
+ip=$(record smoke | jq -r '.status.podIP // empty')
 [[ $ip == 10.88.* ]] || fail "the pod is not on the installed CNI network: podIP '$ip'"
 echo "arm-install: the installed agent runs the pod at $ip"
 
@@ -71,15 +58,15 @@ grep -q "nothing changed" <<<"$out" || fail "a second install: $out"
 [[ $(main_pid) == "$pid" ]] || fail "a second install restarted the agent"
 
 # A restart of the unit, as an upgrade does: the container lives on.
-container=$(record | jq -r '.status.containerStatuses[0].containerID')
+container=$(container_id smoke)
 systemctl restart nanolet.service
 new_pid=$(main_pid)
 [[ $new_pid != "$pid" && $new_pid != 0 ]] || fail "the unit did not restart"
 # The new agent's own word that it took the pod over, and the same container.
 adopted() {
   journalctl -q --no-pager "_PID=$new_pid" | grep -q "adopting pod default/smoke" &&
-    running && [[ $(record | jq -r '.status.containerStatuses[0].containerID') == "$container" ]]
+    running smoke && [[ $(container_id smoke) == "$container" ]]
 }
 wait_for "the pod adopted after the restart" 300 adopted
-[[ $(record | jq -r '.status.containerStatuses[0].restartCount') == 0 ]] || fail "the container restarted"
+[[ $(record smoke | jq -r '.status.containerStatuses[0].restartCount') == 0 ]] || fail "the container restarted"
 echo "arm-install: passed (the unit's restart kept $container)"

@@ -12,35 +12,17 @@ work=/var/lib/nanolet-smoke
 state=$work/state manifests=$work/manifests logs=$work/logs
 mkdir -p "$manifests" "$logs"
 agent_pid=""
-fail() {
-  echo "arm-smoke: FAIL ($runtime): $*" >&2
-  echo "--- agent log ---" >&2
-  tail -40 "$work/agent.log" >&2 || true
-  exit 1
+job="arm-smoke ($runtime)"
+show_failure() {
+  echo "--- agent log ---"
+  tail -40 "$work/agent.log"
 }
+# shellcheck source=scripts/arm-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/arm-lib.sh"
 start_agent() {
   "$binary" run --static-pod-path "$manifests" --state-dir "$state" --pod-logs-dir "$logs" \
     --runtime "$runtime" --insecure-registry "$registry" --healthz-port 0 >>"$work/agent.log" 2>&1 &
   agent_pid=$!
-}
-# Polls `$@` for up to $1 seconds (emulated: everything is slow).
-wait_for() {
-  local what=$1 seconds=$2
-  shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    ((SECONDS < deadline)) || fail "timed out after ${seconds}s waiting for $what"
-    sleep 1
-  done
-}
-record() {
-  cat "$state"/pods/*/status.json 2>/dev/null | jq -s 'map(select(.name == "smoke")) | .[0] // empty'
-}
-running() {
-  [[ $(record | jq -r '.status.containerStatuses[0].state.running != null') == true ]]
-}
-container_id() {
-  record | jq -r '.status.containerStatuses[0].containerID'
 }
 
 echo "arm-smoke: $(uname -m), kernel $(uname -r), $("$runtime" --version | head -n 1), cgroup $(stat -fc %T /sys/fs/cgroup)"
@@ -57,21 +39,21 @@ spec:
     image: $registry/test/busybox:1
     command: [sh, -c, 'echo hello from \$(uname -m); exec sleep 3600']
 EOF
-wait_for "the pod to run" 600 running
+wait_for "the pod to run" 600 running smoke
 grep -rqF "$arm_digest" "$state/images/" || fail "the arm64 manifest $arm_digest was not the one pulled"
 wait_for "the pod's log" 60 bash -c "'$binary' logs --state-dir '$state' default/smoke | grep -q 'hello from aarch64'"
 echo "arm-smoke: the pod runs and logs: $("$binary" logs --state-dir "$state" default/smoke)"
 
 # kill -9 of the agent: the next one adopts the container.
-before=$(container_id)
+before=$(container_id smoke)
 kill -9 "$agent_pid"
 wait "$agent_pid" 2>/dev/null || true
 start_agent
 adopted() {
-  grep -q "adopt" "$work/agent.log" && running && [[ $(container_id) == "$before" ]]
+  grep -q "adopting pod default/smoke" "$work/agent.log" && running smoke && [[ $(container_id smoke) == "$before" ]]
 }
 wait_for "the container to be adopted" 300 adopted
-[[ $(record | jq -r '.status.containerStatuses[0].restartCount') == 0 ]] || fail "the container restarted"
+[[ $(record smoke | jq -r '.status.containerStatuses[0].restartCount') == 0 ]] || fail "the container restarted"
 echo "arm-smoke: adopted $before after kill -9"
 
 # Deleted: nothing of the pod is left.

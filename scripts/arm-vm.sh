@@ -110,18 +110,11 @@ if [ -f /mnt/scratch/systemd ]; then
   ln -sf ../vm-job.service "$r/etc/systemd/system/multi-user.target.wants/vm-job.service"
   exec switch_root $r /lib/systemd/systemd
 fi
-mount -t proc proc $r/proc
-mount -t sysfs sys $r/sys
-mount -t devtmpfs dev $r/dev
-mkdir -p $r/dev/pts $r/dev/shm
-mount -t devpts -o newinstance,ptmxmode=0666 devpts $r/dev/pts
-mount -t tmpfs tmpfs $r/dev/shm
-mount -t cgroup2 cgroup2 $r/sys/fs/cgroup
-for d in tmp run var/tmp; do mount -t tmpfs -o mode=1777 tmpfs $r/$d; done
-controllers=$(cat $r/sys/fs/cgroup/cgroup.controllers)
-for c in $controllers; do echo "+$c" >$r/sys/fs/cgroup/cgroup.subtree_control; done
+. /guest-mounts.sh
+guest_mounts $r
 exec switch_root $r /bin/bash -c '. /vm-scratch/network; bash /vm-scratch/job; echo $? >/vm-scratch/rc; sync; /bin/busybox poweroff -f'
 INIT
+  cp "$repo/scripts/vm-guest-mounts.sh" "$root/guest-mounts.sh"
   chmod +x "$root/init"
   (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1 >"$initrd.tmp")
   mv "$initrd.tmp" "$initrd"
@@ -224,7 +217,17 @@ if [[ ! -s $image ]]; then
   rm -rf "$staged"
   mv "$image.new" "$image"
 fi
-[[ -s $initrd && -s $kernel ]] || { echo "arm-vm.sh: $initrd or $kernel missing: remove $image to rebuild" >&2; exit 1; }
+[[ -s $kernel ]] || { echo "arm-vm.sh: $kernel missing: remove $image to rebuild" >&2; exit 1; }
+# An init older than this script: made again from the kernel package's
+# modules.
+if [[ ! -s $initrd || $0 -nt $initrd || $repo/scripts/vm-guest-mounts.sh -nt $initrd ]]; then
+  deb=$("$repo/scripts/apt-foreign.sh" arm64 "$cache/debs" "linux-image-$version")
+  rm -rf "$cache/kernel"
+  dpkg-deb -x "$deb" "$cache/kernel"
+  depmod -b "$cache/kernel" "$version"
+  make_initrd "$cache/kernel"
+  rm -rf "$cache/kernel"
+fi
 if $build_only; then
   echo "arm-vm.sh: $image, kernel $version"
   exit 0
@@ -260,8 +263,10 @@ Type=oneshot
 StandardOutput=journal+console
 StandardError=journal+console
 ExecStart=/bin/bash -c '. /vm-scratch/network; bash /vm-scratch/job; echo $? >/vm-scratch/rc; sync'
-# Whatever happened, the VM goes down (an rc missing says it failed).
-ExecStopPost=/bin/systemctl --no-block poweroff
+# Whatever happened, the VM goes down (an rc missing says it failed), at
+# once: what the job left running (pods outlive their agent) would hold a
+# clean shutdown for its 90 s, and the disk is a throwaway snapshot.
+ExecStopPost=/bin/systemctl poweroff --force --force
 UNIT
 fi
 boot "$image" "$scratch"

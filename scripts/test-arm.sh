@@ -17,21 +17,13 @@ binary=$(scripts/build-cross.sh aarch64 | awk '{print $2}')
 scripts/arm-vm.sh --build >/dev/null
 
 work=$(mktemp -d /tmp/nanolet-test-arm.XXXXXX)
-registry=""
 cleanup() {
-  [[ -z $registry ]] || scripts/registry.sh stop "$work/registry" >/dev/null 2>&1 || true
+  scripts/registry.sh stop "$work/registry" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
-registry=$(scripts/registry.sh start "$work/registry")
-port=${registry##*:}
-
-# arm64 busybox is Debian's static one, as the system in the VM has it.
-deb=$(scripts/apt-foreign.sh arm64 target/arm-vm/debs busybox-static)
-dpkg-deb -x "$deb" "$work/busybox-arm64"
-scripts/build-image.sh "$work/amd64" --arch amd64 --tag 1 >/dev/null
-arm_digest=$(scripts/build-image.sh "$work/arm64" --arch arm64 --busybox "$work/busybox-arm64/bin/busybox" --tag 1)
-scripts/push-image.sh --index "$registry" test/busybox:1 "$work/amd64" "$work/arm64" >/dev/null
+images=$(scripts/arm-images.sh "$work")
+read -r port arm_digest <<<"$images"
 
 for runtime in "${runtimes[@]}"; do
   echo "== the ARM VM: standalone smoke test with $runtime"
