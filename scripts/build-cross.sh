@@ -119,7 +119,7 @@ for arch in "${arches[@]}"; do
     extra=(--config "target.$target.rustflags=[\"-L\", \"native=$dir\"]")
   fi
   cargo "$(toolchain "$arch")" --config "$config" "${extra[@]}" build --release --locked --bin nanolet >&2
-  binary="target/$target/release/nanolet"
+  binary="${CARGO_TARGET_DIR:-target}/$target/release/nanolet"
   description=$(file -b "$binary")
   if ! grep -q "$(machine "$arch")" <<<"$description" || ! grep -Eq "statically linked|static-pie linked" <<<"$description"; then
     echo "build-cross.sh: $binary is not a static $arch executable: $description" >&2

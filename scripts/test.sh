@@ -72,7 +72,13 @@ step "in the background: the previous release's agent; static release builds for
 boards_log=$(mktemp /tmp/nanolet-boards.XXXXXX)
 previous=$(mktemp /tmp/nanolet-previous.XXXXXX)
 # A process group of its own, so that a failed suite stops its cargo too.
-setsid nice -n 19 bash -c 'scripts/build-previous.sh >"$1" && scripts/build-cross.sh --all && scripts/arm-vm.sh --build' \
+# Two lanes: an LTO build keeps about one core busy, and two of them both.
+# The second has a target dir of its own (cargo would make it wait for the
+# first's lock on target/release).
+setsid nice -n 19 bash -c '
+  (scripts/build-previous.sh >"$1" && CARGO_TARGET_DIR=target/lane-b scripts/build-cross.sh riscv64 armv6) &
+  lane_b=$!
+  scripts/build-cross.sh aarch64 armv7 && scripts/arm-vm.sh --build && wait "$lane_b"' \
   sh "$previous" >"$boards_log" 2>&1 &
 boards=$!
 trap 'kill -- -$boards 2>/dev/null || true; rm -f "$boards_log" "$previous"; step' EXIT
