@@ -20,6 +20,8 @@
 # 1500 s) is stopped, and the exit code is 124.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/vm-lib.sh
+. "$repo/scripts/vm-lib.sh"
 
 mem=2048
 cpus=2
@@ -76,17 +78,7 @@ make_initrd() {
   dpkg-deb -x "$deb" "$cache/busybox"
   cp "$cache/busybox/bin/busybox" "$root/bin/busybox"
   rm -rf "$cache/busybox"
-  local modules=() m path
-  for m in virtio_pci virtio_blk ext4 9pnet_virtio 9p virtio_net; do
-    while read -r _ path _; do
-      [[ " ${modules[*]} " == *" $path "* ]] || modules+=("$path")
-    done < <(modprobe --show-depends -d "$modules_dir" -S "$version" "$m" | grep '^insmod')
-  done
-  : >"$root/modules/order"
-  for path in "${modules[@]}"; do
-    cp "$path" "$root/modules/"
-    basename "$path" >>"$root/modules/order"
-  done
+  initramfs_modules "$root" "$version" "$modules_dir" virtio_pci virtio_blk ext4 9pnet_virtio 9p virtio_net
   cat >"$root/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -220,7 +212,7 @@ fi
 [[ -s $kernel ]] || { echo "arm-vm.sh: $kernel missing: remove $image to rebuild" >&2; exit 1; }
 # An init older than this script: made again from the kernel package's
 # modules.
-if [[ ! -s $initrd || $0 -nt $initrd || $repo/scripts/vm-guest-mounts.sh -nt $initrd ]]; then
+if [[ ! -s $initrd || $0 -nt $initrd || $repo/scripts/vm-guest-mounts.sh -nt $initrd || $repo/scripts/vm-lib.sh -nt $initrd ]]; then
   deb=$("$repo/scripts/apt-foreign.sh" arm64 "$cache/debs" "linux-image-$version")
   rm -rf "$cache/kernel"
   dpkg-deb -x "$deb" "$cache/kernel"

@@ -13,6 +13,8 @@
 # with the CPUs busy and no output) is stopped, and the exit code is 124.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/vm-lib.sh
+. "$repo/scripts/vm-lib.sh"
 
 mem=2048
 cpus=2
@@ -40,22 +42,11 @@ command -v qemu-system-x86_64 >/dev/null || { echo "vm.sh: qemu-system-x86_64 mi
 # The initramfs is built once per kernel and busybox, under target/.
 cache="$repo/target/vm/$version"
 initrd="$cache/initrd.cpio.gz"
-if [[ ! -s $initrd || /bin/busybox -nt $initrd || $0 -nt $initrd || $repo/scripts/vm-guest-mounts.sh -nt $initrd ]]; then
+if [[ ! -s $initrd || /bin/busybox -nt $initrd || $0 -nt $initrd || $repo/scripts/vm-guest-mounts.sh -nt $initrd || $repo/scripts/vm-lib.sh -nt $initrd ]]; then
   rm -rf "$cache/root"
   mkdir -p "$cache/root"/{bin,dev,proc,sys,mnt/root,mnt/scratch,modules}
   cp /bin/busybox "$cache/root/bin/busybox"
-  # Modules in dependency order, as modprobe would load them.
-  modules=()
-  for m in virtio_pci 9pnet_virtio 9p overlay; do
-    while read -r _ path _; do
-      [[ " ${modules[*]} " == *" $path "* ]] || modules+=("$path")
-    done < <(modprobe --show-depends -S "$version" "$m" | grep '^insmod')
-  done
-  : >"$cache/root/modules/order"
-  for path in "${modules[@]}"; do
-    cp "$path" "$cache/root/modules/"
-    basename "$path" >>"$cache/root/modules/order"
-  done
+  initramfs_modules "$cache/root" "$version" / virtio_pci 9pnet_virtio 9p overlay
   cat >"$cache/root/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
