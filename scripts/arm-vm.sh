@@ -163,15 +163,7 @@ boot() {
     -fsdev local,id=scratch,path="$scratch",security_model=none,multidevs=remap \
     -device virtio-9p-pci,fsdev=scratch,mount_tag=scratch </dev/null |
     tr -d '\r' | grep --line-buffered -v '^\[ *[0-9.]*\] reboot: Power down$' || true
-  if [[ ! -s $scratch/rc ]]; then
-    if ((SECONDS - started >= limit)); then
-      echo "arm-vm.sh: the VM ran past ${limit} s and was stopped" >&2
-      return 124
-    fi
-    echo "arm-vm.sh: the VM ended without the job's exit code" >&2
-    return 1
-  fi
-  return "$(cat "$scratch/rc")"
+  job_exit_code arm-vm.sh "$scratch" "$started" "$limit"
 }
 
 # The system: debootstrap's two stages, the kernel and its modules put in,
@@ -237,13 +229,7 @@ ip link set "$nic" up
 ip addr add 10.0.2.15/24 dev "$nic"
 ip route add default via 10.0.2.2
 NET
-{
-  echo "cd $(printf '%q' "$PWD") || exit 125"
-  echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root NANOLET_IN_VM=1"
-  for e in "${envs[@]}"; do echo "export $(printf '%q' "$e")"; done
-  printf '%q ' "$@"
-  echo
-} >"$scratch/job"
+write_job "$scratch/job" "$@"
 if $systemd; then
   touch "$scratch/systemd"
   cat >"$scratch/vm-job.service" <<'UNIT'

@@ -74,13 +74,7 @@ fi
 
 scratch=$(mktemp -d /tmp/nanolet-vm.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
-{
-  echo "cd $(printf '%q' "$PWD") || exit 125"
-  echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root NANOLET_IN_VM=1"
-  for e in "${envs[@]}"; do echo "export $(printf '%q' "$e")"; done
-  printf '%q ' "$@"
-  echo
-} >"$scratch/job"
+write_job "$scratch/job" "$@"
 
 bios=()
 [[ -f /usr/share/qemu/qboot.rom ]] && bios=(-bios /usr/share/qemu/qboot.rom)
@@ -96,12 +90,4 @@ timeout --kill-after=10 "$limit" qemu-system-x86_64 -accel tcg,thread=multi -cpu
   -device virtio-9p-pci,fsdev=scratch,mount_tag=scratch </dev/null |
   tr -d '\r' | grep --line-buffered -v '^\[ *[0-9.]*\] reboot: Power down$' || true
 
-if [[ ! -s $scratch/rc ]]; then
-  if ((SECONDS - started >= limit)); then
-    echo "vm.sh: the VM ran past ${limit} s and was stopped" >&2
-    exit 124
-  fi
-  echo "vm.sh: the VM ended without the job's exit code" >&2
-  exit 1
-fi
-exit "$(cat "$scratch/rc")"
+job_exit_code vm.sh "$scratch" "$started" "$limit"
