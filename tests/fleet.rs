@@ -444,7 +444,11 @@ fn a_certificate_that_expires_while_the_link_is_down_is_replaced_through_the_boo
     api.admin("POST", "/resume");
     api.kubectl_ok(&["apply", "-f", "-"], Some(&pod("later", &image)));
     wait(&agent, "later running", T, || running(&api, "later"));
-    assert!(node_ready(&api, "edge-40"));
+    // The lifecycle controller marked the node NotReady during the cut: its
+    // next Lease renewal and status report make it Ready again.
+    wait(&agent, "node Ready", T, || {
+        node_ready(&api, "edge-40").then_some(())
+    });
     let after = running(&api, "app").unwrap();
     assert_eq!(after["containerID"], before["containerID"]);
     assert_eq!(after["restartCount"], 0);

@@ -226,6 +226,7 @@ impl Reflector {
                 );
             }
             let delay;
+            log::debug!("{}: {outcome:?}", self.path);
             (state, delay) = step(outcome, &mut backoff);
             if !delay.is_zero() {
                 smol::Timer::after(delay).await;
@@ -310,6 +311,7 @@ impl Reflector {
                 return WatchEnd::Failed;
             }
         };
+        log::debug!("watch of {} from {version}: streaming", self.path);
         let mut body = response.into_body();
         let mut buffer = BytesMut::new();
         // Silence beyond the server's own timeout means a dead connection.

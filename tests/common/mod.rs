@@ -370,7 +370,8 @@ impl Agent {
             // Not upstream's 10248: agents run side by side here.
             .args(["--healthz-port", "0"])
             .args(&self.extra_args)
-            .env("RUST_LOG", "debug")
+            // rustls at debug fills a log with handshakes.
+            .env("RUST_LOG", "debug,rustls=info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

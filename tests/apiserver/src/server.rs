@@ -1388,6 +1388,7 @@ impl Server {
                 .flatten()
                 .any(|t| now.duration_since(t).unsigned_abs() <= self.node_grace);
             if fresh {
+                self.mark_reachable(&name, node);
                 continue;
             }
             let Some(conditions) = node.pointer("/status/conditions").and_then(Value::as_array)
@@ -1439,6 +1440,40 @@ impl Server {
                 .put(k, updated, EventType::Modified);
             log::info!("node {name}: lease expired; marked NotReady");
         }
+    }
+
+    /// A node that posts Ready again loses the taints the controller gave
+    /// it (upstream's NoSchedule tainting pass and `markNodeAsReachable`),
+    /// so that pods are scheduled to it again.
+    fn mark_reachable(&self, name: &str, mut node: Value) {
+        const CONTROLLER_TAINTS: [&str; 2] = [
+            "node.kubernetes.io/unreachable",
+            "node.kubernetes.io/not-ready",
+        ];
+        let ready = node
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+        let Some(taints) = node
+            .pointer_mut("/spec/taints")
+            .and_then(Value::as_array_mut)
+        else {
+            return;
+        };
+        let before = taints.len();
+        taints.retain(|t| !CONTROLLER_TAINTS.contains(&t["key"].as_str().unwrap_or("")));
+        if !ready || taints.len() == before {
+            return;
+        }
+        let k = crate::store::key("/nodes", "", name);
+        self.api
+            .store
+            .borrow_mut()
+            .put(k, node, EventType::Modified);
+        log::info!("node {name}: Ready again; controller taints removed");
     }
 }
 

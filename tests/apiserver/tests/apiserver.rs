@@ -1661,6 +1661,66 @@ fn pod_field_selectors_over_http() {
     assert_eq!(names("metadata.name%3Db"), ["b"]);
 }
 
+/// A node back from an outage posts Ready again: the lifecycle controller
+/// takes its unreachable taints off, and the scheduler binds pods to it,
+/// as upstream (the taints would keep every pod without tolerations away).
+#[test]
+fn a_node_ready_again_loses_its_unreachable_taints_and_gets_pods() {
+    let s = ApiServer::start_with(&["--node-grace", "2"]);
+    let node = ready_node("edge-1");
+    s.call("POST", "/api/v1/nodes", Some(("application/json", &node)));
+    s.call(
+        "PUT",
+        "/api/v1/nodes/edge-1/status",
+        Some(("application/json", &node)),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    s.admin("POST", "/expire-leases");
+    let taints = |s: &ApiServer| -> Vec<String> {
+        let (_, node) = s.call("GET", "/api/v1/nodes/edge-1", None);
+        node["spec"]["taints"]
+            .as_array()
+            .map(|list| {
+                list.iter()
+                    .map(|t| {
+                        format!(
+                            "{}:{}",
+                            t["key"].as_str().unwrap(),
+                            t["effect"].as_str().unwrap()
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        taints(&s),
+        [
+            "node.kubernetes.io/unreachable:NoSchedule",
+            "node.kubernetes.io/unreachable:NoExecute"
+        ]
+    );
+    s.kubectl_ok(&["apply", "-f", "-"], Some(POD));
+    let mut back = ready_node("edge-1");
+    back["status"]["conditions"][0]["lastHeartbeatTime"] = jiff_like_now().into();
+    let (code, _) = s.call(
+        "PUT",
+        "/api/v1/nodes/edge-1/status",
+        Some(("application/json", &back)),
+    );
+    assert_eq!(code, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, pod) = s.call("GET", "/api/v1/namespaces/default/pods/web", None);
+        if pod["spec"]["nodeName"] == "edge-1" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not scheduled: {:?}", taints(&s));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(taints(&s).is_empty(), "{:?}", taints(&s));
+}
+
 #[test]
 fn scheduling_by_node_selector_and_a_lease_that_goes_stale() {
     let s = ApiServer::start_with(&["--node-grace", "2"]);
