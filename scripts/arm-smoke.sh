@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The standalone smoke test, run inside the ARM VM by scripts/test-arm.sh:
-# the agent pulls busybox from a two-platform index and runs a pod; its
+# The standalone smoke test, run inside an ARM VM by scripts/test-arm.sh
+# (arm64) or scripts/test-armv7.sh (armhf): the agent pulls busybox from a
+# multi-platform index (the manifest of this machine's platform must be
+# the one pulled) and runs a pod; its
 # logs; `kill -9` of the agent and a new agent adopting the container (same
 # ID, no restart); the manifest deleted and nothing of the pod left
 # (containers, mounts, cgroups, monitors, pod dirs).
-# Usage: scripts/arm-smoke.sh BINARY REGISTRY ARM64_MANIFEST_DIGEST RUNTIME
+# Usage: scripts/arm-smoke.sh BINARY REGISTRY MANIFEST_DIGEST RUNTIME [MACHINE]
+#   MACHINE: what `uname -m` must say (default aarch64)
 set -euo pipefail
-binary=$1 registry=$2 arm_digest=$3 runtime=$4
+binary=$1 registry=$2 arm_digest=$3 runtime=$4 machine=${5:-aarch64}
 
 work=/var/lib/nanolet-smoke
 state=$work/state manifests=$work/manifests logs=$work/logs
@@ -26,7 +29,7 @@ start_agent() {
 }
 
 echo "arm-smoke: $(uname -m), kernel $(uname -r), $("$runtime" --version | head -n 1), cgroup $(stat -fc %T /sys/fs/cgroup)"
-[[ $(uname -m) == aarch64 ]] || fail "not an aarch64 machine"
+[[ $(uname -m) == "$machine" ]] || fail "not an $machine machine"
 start_agent
 cat >"$manifests/smoke.yaml" <<EOF
 apiVersion: v1
@@ -40,8 +43,8 @@ spec:
     command: [sh, -c, 'echo hello from \$(uname -m); exec sleep 3600']
 EOF
 wait_for "the pod to run" 600 running smoke
-grep -rqF "$arm_digest" "$state/images/" || fail "the arm64 manifest $arm_digest was not the one pulled"
-wait_for "the pod's log" 60 bash -c "'$binary' logs --state-dir '$state' default/smoke | grep -q 'hello from aarch64'"
+grep -rqF "$arm_digest" "$state/images/" || fail "the manifest $arm_digest of this platform was not the one pulled"
+wait_for "the pod's log" 60 bash -c "'$binary' logs --state-dir '$state' default/smoke | grep -q 'hello from $machine'"
 echo "arm-smoke: the pod runs and logs: $("$binary" logs --state-dir "$state" default/smoke)"
 
 # kill -9 of the agent: the next one adopts the container.

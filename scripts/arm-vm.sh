@@ -2,17 +2,19 @@
 # Runs a command as root on an ARM kernel: a qemu-system-aarch64 VM
 # (software emulation: times mean nothing, page counts are real) booting
 # Debian's arm64 kernel into a Debian arm64 system made by debootstrap,
-# pure cgroup v2, with runc, crun, the CNI plugins, iptables and systemd.
+# pure cgroup v2, with runc, crun, the CNI plugins, iptables and systemd;
+# with --arch armhf, a qemu-system-arm VM (a Cortex-A15) booting Debian's
+# armmp-lpae kernel into a Debian armhf system, the same otherwise.
 # The system is built once, as an ext4 disk image cached under
-# target/arm-vm; each boot writes to a throwaway snapshot of it, so
+# target/arm-vm (target/arm-vm-armhf); each boot writes to a throwaway snapshot of it, so
 # nothing a job does lasts. The project dir is shared read-only at its
 # host path, and the VM reaches the host's loopback at 10.0.2.2 (qemu's
 # user networking). Prints the command's output and exits with its exit
 # code.
 #
-# Usage: scripts/arm-vm.sh [--mem MIB] [--cpus N] [--timeout SECONDS] [--systemd]
+# Usage: scripts/arm-vm.sh [--arch arm64|armhf] [--mem MIB] [--cpus N] [--timeout SECONDS] [--systemd]
 #                          [--env NAME=VALUE]... -- CMD [ARG]...
-#        scripts/arm-vm.sh --build    only build the system (or find it cached)
+#        scripts/arm-vm.sh [--arch arm64|armhf] --build    only build the system (or find it cached)
 # --systemd boots systemd as PID 1 and runs the command as a unit once the
 # system is up; otherwise the command runs as soon as the root is mounted,
 # as in scripts/vm.sh. CMD runs from the current directory, which must be
@@ -28,9 +30,11 @@ cpus=2
 limit=1500
 systemd=false
 build_only=false
+debarch=arm64
 envs=()
 while (($# > 0)); do
   case $1 in
+    --arch) debarch=$2; shift 2 ;;
     --mem) mem=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
     --timeout) limit=$2; shift 2 ;;
@@ -43,7 +47,23 @@ while (($# > 0)); do
 done
 $build_only || (($# > 0)) || { echo "usage: scripts/arm-vm.sh [options] -- CMD..." >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "arm-vm.sh: run as root (debootstrap)" >&2; exit 1; }
-for c in qemu-system-aarch64 debootstrap mkfs.ext4; do
+# What differs between the two: qemu's machine, Debian's kernel, and the
+# ELF header that binfmt_misc hands to qemu-user for the second stage.
+case $debarch in
+  arm64)
+    qemu=qemu-system-aarch64 machine=(-M virt -cpu max) kernel_package=linux-image-arm64
+    cache="$repo/target/arm-vm" user_qemu=qemu-aarch64
+    elf='\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00'
+    ;;
+  armhf)
+    # highmem=off: a 32-bit kernel reaches no RAM or PCI window above 4 GiB.
+    qemu=qemu-system-arm machine=(-M virt,highmem=off -cpu cortex-a15) kernel_package=linux-image-armmp-lpae
+    cache="$repo/target/arm-vm-armhf" user_qemu=qemu-arm
+    elf='\x7fELF\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x28\x00'
+    ;;
+  *) echo "arm-vm.sh: --arch is arm64 or armhf, not $debarch" >&2; exit 2 ;;
+esac
+for c in "$qemu" debootstrap mkfs.ext4; do
   command -v "$c" >/dev/null || { echo "arm-vm.sh: $c missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
 if ! $build_only; then
@@ -53,28 +73,27 @@ if ! $build_only; then
   esac
 fi
 
-cache="$repo/target/arm-vm"
 image="$cache/system.img"
 mkdir -p "$cache/debs"
 
-# The kernel Debian's linux-image-arm64 names; its modules go into the
-# system (modprobe there finds overlay, veth, bridge, iptables' own).
+# The kernel Debian's metapackage names; its modules go into the system
+# (modprobe there finds overlay, veth, bridge, iptables' own).
 if [[ ! -s $cache/kernel.version ]]; then
-  package=$("$repo/scripts/apt-foreign.sh" arm64 "$cache/debs" --depends-of linux-image-arm64 | grep '^linux-image-' | head -n 1)
-  [[ -n $package ]] || { echo "arm-vm.sh: no kernel package behind linux-image-arm64" >&2; exit 1; }
+  package=$("$repo/scripts/apt-foreign.sh" "$debarch" "$cache/debs" --depends-of "$kernel_package" | grep '^linux-image-' | head -n 1)
+  [[ -n $package ]] || { echo "arm-vm.sh: no kernel package behind $kernel_package" >&2; exit 1; }
   echo "${package#linux-image-}" >"$cache/kernel.version"
 fi
 version=$(cat "$cache/kernel.version")
 kernel="$cache/vmlinuz-$version"
 
-# The initramfs: Debian's static busybox for arm64, the modules that reach
+# The initramfs: Debian's static busybox of the system's architecture, the modules that reach
 # the disk and the shared dirs, and the init below.
 initrd="$cache/initrd.cpio.gz"
 make_initrd() {
   local modules_dir=$1 root="$cache/initramfs" deb
   rm -rf "$root" "$cache/busybox"
   mkdir -p "$root"/{bin,dev,proc,sys,newroot,mnt/scratch,modules}
-  deb=$("$repo/scripts/apt-foreign.sh" arm64 "$cache/debs" busybox-static)
+  deb=$("$repo/scripts/apt-foreign.sh" "$debarch" "$cache/debs" busybox-static)
   dpkg-deb -x "$deb" "$cache/busybox"
   cp "$cache/busybox/bin/busybox" "$root/bin/busybox"
   rm -rf "$cache/busybox"
@@ -114,7 +133,7 @@ INIT
 }
 
 # debootstrap's second stage (the packages' configuration) on the system
-# dir $1, its arm64 programs run by qemu-user through a binfmt_misc
+# dir $1, its ARM programs run by qemu-user through a binfmt_misc
 # registration of a user namespace of its own (a kernel of 6.7 or later
 # gives each one its own binfmt_misc): the host's binfmt_misc stays as it
 # is. The namespace maps every ID to itself, so that the packages' owners
@@ -129,7 +148,7 @@ second_stage() {
     mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
     printf "%s" "$2" >/proc/sys/fs/binfmt_misc/register
     exec chroot "$3" /debootstrap/debootstrap --second-stage' sh "$sync" \
-    ":qemu-aarch64:M::\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00:\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:$(command -v qemu-aarch64-static):F" \
+    ":$user_qemu:M::$elf:\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:$(command -v "$user_qemu-static"):F" \
     "$dir" >>"$cache/debootstrap.log" 2>&1 &
   local pid=$! inner=""
   # unshare --fork: its child is in the namespaces already; until its IDs
@@ -152,7 +171,7 @@ second_stage() {
 # scratch dir $2; returns the job's exit code.
 boot() {
   local disk=$1 scratch=$2 started=$SECONDS
-  timeout --kill-after=10 "$limit" qemu-system-aarch64 -M virt -cpu max -smp "$cpus" -m "$mem" \
+  timeout --kill-after=10 "$limit" "$qemu" "${machine[@]}" -smp "$cpus" -m "$mem" \
     -accel tcg,thread=multi -nographic -no-reboot \
     -kernel "$kernel" -initrd "$initrd" \
     -append "console=ttyAMA0 quiet loglevel=1 panic=-1 rdinit=/init" \
@@ -173,13 +192,13 @@ if [[ ! -s $image ]]; then
   staged="$cache/rootfs.new"
   rm -rf "$staged" "$image.new"
   packages=systemd,systemd-sysv,udev,kmod,procps,iproute2,iptables,runc,crun,containernetworking-plugins,ca-certificates,busybox-static,jq
-  echo "arm-vm.sh: building the Debian arm64 system (once; minutes)" >&2
-  debootstrap --arch=arm64 --variant=minbase --foreign --include="$packages" \
+  echo "arm-vm.sh: building the Debian $debarch system (once; minutes)" >&2
+  debootstrap --arch="$debarch" --variant=minbase --foreign --include="$packages" \
     bookworm "$staged" http://deb.debian.org/debian >"$cache/debootstrap.log" 2>&1 ||
     { tail -20 "$cache/debootstrap.log" >&2; exit 1; }
   # Unpacked aside and copied in: the package's /lib would replace the
   # system's /lib -> usr/lib link with a directory.
-  deb=$("$repo/scripts/apt-foreign.sh" arm64 "$cache/debs" "linux-image-$version")
+  deb=$("$repo/scripts/apt-foreign.sh" "$debarch" "$cache/debs" "linux-image-$version")
   rm -rf "$cache/kernel"
   dpkg-deb -x "$deb" "$cache/kernel"
   cp "$cache/kernel/boot/vmlinuz-$version" "$kernel"
@@ -205,7 +224,7 @@ fi
 # An init older than this script: made again from the kernel package's
 # modules.
 if [[ ! -s $initrd || $0 -nt $initrd || $repo/scripts/vm-guest-mounts.sh -nt $initrd || $repo/scripts/vm-lib.sh -nt $initrd ]]; then
-  deb=$("$repo/scripts/apt-foreign.sh" arm64 "$cache/debs" "linux-image-$version")
+  deb=$("$repo/scripts/apt-foreign.sh" "$debarch" "$cache/debs" "linux-image-$version")
   rm -rf "$cache/kernel"
   dpkg-deb -x "$deb" "$cache/kernel"
   depmod -b "$cache/kernel" "$version"

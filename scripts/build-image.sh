@@ -5,7 +5,7 @@
 # order and gzip header make repeated builds produce identical digests, which
 # lets tests assert on digests and lets registries deduplicate blobs.
 #
-# Usage: scripts/build-image.sh OUTDIR [--arch amd64|arm64] [--busybox PATH]
+# Usage: scripts/build-image.sh OUTDIR [--arch amd64|arm64|arm] [--busybox PATH]
 #          [--extra-file SRC:DEST]... [--env K=V]... [--entrypoint JSON]
 #          [--cmd JSON] [--workdir DIR] [--user U] [--tag TAG]
 #          [--compression gzip|zstd] [--layer TAR]...
@@ -73,8 +73,8 @@ while (($# > 0)); do
 done
 
 case $arch in
-  amd64 | arm64) ;;
-  *) die "--arch must be amd64 or arm64, not '$arch'" ;;
+  amd64 | arm64 | arm) ;;
+  *) die "--arch must be amd64, arm64 or arm (v7), not '$arch'" ;;
 esac
 [[ -f $busybox ]] || die "busybox binary not found: $busybox"
 # Same grammar the OCI image layout spec gives for ref.name tags; anything
@@ -217,6 +217,7 @@ fi
 
 variant=""
 [[ $arch == arm64 ]] && variant=v8
+[[ $arch == arm ]] && variant=v7
 
 jq -cn \
   --arg arch "$arch" \

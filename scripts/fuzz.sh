@@ -15,9 +15,16 @@
 # with the dev profile: three times faster to build than release here, and
 # with overflow checks, which turn an overflow into the panic we look for.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
+#        scripts/fuzz.sh --build    only build the targets (scripts/test.sh
+#                                   does it beside the integration tests)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
+build_only=false
+if [[ ${1:-} == --build ]]; then
+  build_only=true
+  shift
+fi
 seconds=${1:-60}
 shift || true
 targets=("$@")
@@ -28,6 +35,17 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 
 work="$(mktemp -d /tmp/nanolet-fuzz.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
+export NANOLET_FUZZ_DIR=/dev/shm
+build() {
+  if ! cargo +nightly fuzz build --dev --fuzz-dir tests/fuzz >"$work/build.log" 2>&1; then
+    tail -30 "$work/build.log"
+    exit 1
+  fi
+}
+if $build_only; then
+  build
+  exit 0
+fi
 corpus=$work/corpus-unpack
 mkdir -p "$corpus"
 cp tests/fuzz/corpus/unpack/* "$corpus/"
@@ -41,11 +59,7 @@ for layout in "$work/oci" "$work/oci-zstd"; do
   cp "$layout/blobs/sha256/$layer" "$corpus/busybox-$(basename "$layout")"
 done
 
-export NANOLET_FUZZ_DIR=/dev/shm
-if ! cargo +nightly fuzz build --dev --fuzz-dir tests/fuzz >"$work/build.log" 2>&1; then
-  tail -30 "$work/build.log"
-  exit 1
-fi
+build
 status=0
 for target in "${targets[@]}"; do
   if [[ $target != unpack ]]; then

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Push OCI layouts made by build-image.sh to a plain-HTTP loopback registry,
-# either as a single-platform image or as a two-platform (amd64 + arm64) OCI
-# image index, which is what nanolet's platform resolution is tested against.
+# either as a single-platform image or as an OCI image index of several
+# platforms (each image's own, from its config), which is what nanolet's platform resolution is tested against.
 # Digests are preserved, so what the registry serves is byte-for-byte what
 # build-image.sh wrote and tests can compare digests directly.
 #
 # Usage: scripts/push-image.sh [--creds USER:PASSWORD] OCIDIR TAG REGISTRY NAME[:TAG]
-#        scripts/push-image.sh [--creds USER:PASSWORD] --index REGISTRY NAME:TAG OCIDIR_AMD64 OCIDIR_ARM64
+#        scripts/push-image.sh [--creds USER:PASSWORD] --index REGISTRY NAME:TAG OCIDIR OCIDIR...
 #   --creds: log in to a registry that demands it (registry.sh --token-auth)
 # Prints REGISTRY/NAME:TAG@sha256:... (the pushed manifest or index) on stdout.
 set -euo pipefail
@@ -87,50 +87,43 @@ pick_manifest() {
   echo "$desc"
 }
 
-# Refuse to label an image with a platform its config contradicts; a mislabeled
-# index would make platform-resolution tests pass or fail for the wrong reason.
-check_arch() {
-  local dir=$1 desc=$2 want=$3 m cfg got
+# The platform of the image $desc in layout $dir, from its own config (an
+# index's labels then cannot contradict what the images are).
+platform_of() {
+  local dir=$1 desc=$2 m cfg
   m="$(jq -r .digest <<<"$desc")"
   cfg="$(jq -r .config.digest "$dir/blobs/sha256/${m#sha256:}")"
-  got="$(jq -r .architecture "$dir/blobs/sha256/${cfg#sha256:}")"
-  [[ $got == "$want" ]] || die "$dir holds a $got image, expected $want"
+  jq -c '{architecture, os} + (if .variant then {variant} else {} end)' "$dir/blobs/sha256/${cfg#sha256:}"
 }
 
 push_index() {
-  local registry=$1 name=$2 amd=$3 arm=$4 damd darm combined idx idx_digest idx_size
-  check_layout "$amd"
-  check_layout "$arm"
+  local registry=$1 name=$2 dir desc entries="" idx idx_digest idx_size
+  shift 2
+  (($# >= 2)) || die "--index needs two layouts or more"
   [[ ${name##*/} == *:* ]] || die "--index needs NAME:TAG, got: $name"
   split_name "$name" ""
-  damd="$(pick_manifest "$amd" "$dtag")"
-  darm="$(pick_manifest "$arm" "$dtag")"
-  check_arch "$amd" "$damd" amd64
-  check_arch "$arm" "$darm" arm64
-
   # One combined layout whose tag points at an image index blob; skopeo --all
-  # then pushes both images and the index exactly as written here.
+  # then pushes every image and the index exactly as written here.
   combined=$work/combined
   mkdir -p "$combined/blobs/sha256"
-  # Blobs are content-addressed, so one present in both layouts (a shared
-  # layer) is the same file and needs copying only once.
   local b
-  for b in "$amd"/blobs/sha256/* "$arm"/blobs/sha256/*; do
-    [[ -e $combined/blobs/sha256/${b##*/} ]] || cp "$b" "$combined/blobs/sha256/"
+  for dir in "$@"; do
+    check_layout "$dir"
+    desc="$(pick_manifest "$dir" "$dtag")"
+    entries+="$(jq -c --arg mm "$MT_MANIFEST" --argjson p "$(platform_of "$dir" "$desc")" \
+      '{mediaType: (.mediaType // $mm), digest, size, platform: $p}' <<<"$desc")"$'\n'
+    # Blobs are content-addressed, so one present in several layouts (a
+    # shared layer) is the same file and needs copying only once.
+    for b in "$dir"/blobs/sha256/*; do
+      [[ -e $combined/blobs/sha256/${b##*/} ]] || cp "$b" "$combined/blobs/sha256/"
+    done
   done
+  [[ $(jq -s '[.[].platform | [.architecture, .variant]] | unique | length' <<<"$entries") == "$#" ]] ||
+    die "two layouts of one platform"
   printf '{"imageLayoutVersion":"1.0.0"}' >"$combined/oci-layout"
 
   idx=$work/index-blob.json
-  jq -cn --argjson a "$damd" --argjson r "$darm" --arg mt "$MT_INDEX" --arg mm "$MT_MANIFEST" '{
-    schemaVersion: 2,
-    mediaType: $mt,
-    manifests: [
-      {mediaType: ($a.mediaType // $mm), digest: $a.digest, size: $a.size,
-       platform: {architecture: "amd64", os: "linux"}},
-      {mediaType: ($r.mediaType // $mm), digest: $r.digest, size: $r.size,
-       platform: {architecture: "arm64", os: "linux", variant: "v8"}}
-    ]
-  }' >"$idx"
+  jq -cs --arg mt "$MT_INDEX" '{schemaVersion: 2, mediaType: $mt, manifests: .}' <<<"$entries" >"$idx"
   idx_digest="sha256:$(sha256sum "$idx" | cut -d' ' -f1)"
   idx_size="$(stat -c %s "$idx")"
   cp "$idx" "$combined/blobs/sha256/${idx_digest#sha256:}"
@@ -157,8 +150,9 @@ fi
 case $1 in
   -h | --help) usage ;;
   --index)
-    (($# == 5)) || usage
-    push_index "$2" "$3" "$4" "$5"
+    (($# >= 5)) || usage
+    shift
+    push_index "$@"
     ;;
   *)
     (($# == 4)) || usage

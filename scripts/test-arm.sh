@@ -23,7 +23,7 @@ cleanup() {
 }
 trap cleanup EXIT
 images=$(scripts/arm-images.sh "$work")
-read -r port arm_digest <<<"$images"
+read -r port arm_digest _ <<<"$images"
 
 for runtime in "${runtimes[@]}"; do
   echo "== the ARM VM: standalone smoke test with $runtime"

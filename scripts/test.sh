@@ -68,18 +68,22 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 # leave the cores idle. (The unit tests under qemu-aarch64 that ran here
 # gave way to the ARM VM, which runs the shipped binary on an ARM kernel:
 # scripts/build-cross.sh --test still runs them.)
-step "in the background: the previous release's agent; static release builds for aarch64, armv7, armv6, riscv64 (size-checked); the ARM VM's system (once)"
+step "in the background: the previous release's agent; static release builds for aarch64, armv7, armv6, riscv64 (size-checked); the ARM VM's system (once); the fuzz targets"
 boards_log=$(mktemp /tmp/nanolet-boards.XXXXXX)
 previous=$(mktemp /tmp/nanolet-previous.XXXXXX)
 # A process group of its own, so that a failed suite stops its cargo too.
 # Two lanes: an LTO build keeps about one core busy, and two of them both.
 # The second has a target dir of its own (cargo would make it wait for the
-# first's lock on target/release).
+# first's lock on target/release); the fuzz targets have theirs
+# (tests/fuzz/target), and fuzzing later finds them built.
+nightly=false
+rustup toolchain list 2>/dev/null | grep -q '^nightly' && nightly=true
 setsid nice -n 19 bash -c '
-  (scripts/build-previous.sh >"$1" && CARGO_TARGET_DIR=target/lane-b scripts/build-cross.sh riscv64 armv6) &
+  (scripts/build-previous.sh >"$1" && CARGO_TARGET_DIR=target/lane-b scripts/build-cross.sh riscv64 armv6 &&
+    { ! $2 || scripts/fuzz.sh --build; }) &
   lane_b=$!
   scripts/build-cross.sh aarch64 armv7 && scripts/arm-vm.sh --build && wait "$lane_b"' \
-  sh "$previous" >"$boards_log" 2>&1 &
+  sh "$previous" "$nightly" >"$boards_log" 2>&1 &
 boards=$!
 trap 'kill -- -$boards 2>/dev/null || true; rm -f "$boards_log" "$previous"; step' EXIT
 
@@ -100,7 +104,7 @@ NANOLET_PREVIOUS_AGENT=$(cat "$previous") cargo test --locked --test upgrade -- 
 
 # Bounded: 9 s per parser of untrusted bytes (eight of them, in the
 # suite's 30 minutes), from the corpus in the repo.
-if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+if $nightly; then
   step "fuzzing: every parser of untrusted bytes, 9 s each (nightly)"
   scripts/fuzz.sh 9
 else

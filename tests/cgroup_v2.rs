@@ -327,3 +327,30 @@ fn without_psi_pods_at_node_allocatable_wake_eviction_at_once() {
         .unwrap_or(0);
     assert!(max > 0, "{text}");
 }
+
+/// A runc from before full cgroup v2 support would drop the CPU weights
+/// nanolet writes (`linux.resources.unified`): `nanolet check` fails the
+/// runtime on a cgroup v2 node and names what to install.
+#[test]
+#[ignore = "needs a pure cgroup v2 host: scripts/test-vm.sh runs it"]
+fn check_fails_a_runc_too_old_for_cgroup_v2() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(Path::new("/sys/fs/cgroup/cgroup.controllers").exists());
+    let dir = common::TempDir::new("nanolet-old-runc");
+    let runc = dir.path().join("runc");
+    fs::write(&runc, "#!/bin/sh\necho 'runc version 1.0.0-rc92'\n").unwrap();
+    fs::set_permissions(&runc, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nanolet"))
+        .args(["check", "--runtime-path"])
+        .arg(&runc)
+        .arg("--cni-conf-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("FAIL  runtime") && text.contains("install runc 1.1 or later"),
+        "{text}"
+    );
+}

@@ -2477,6 +2477,16 @@ fn check_reports_what_the_node_offers() {
         r#"{"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "no-such-plugin"}]}"#,
     )
     .unwrap();
+    // A runc from before `features` (1.1): pods run, with a warning.
+    let old_runc = dir.path().join("runc");
+    fs::write(&old_runc, "#!/bin/sh\necho 'runc version 1.0.3'\n").unwrap();
+    fs::set_permissions(&old_runc, fs::Permissions::from_mode(0o755)).unwrap();
+    let old = check(&["--runtime-path", old_runc.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&old.stdout).into_owned();
+    assert!(
+        text.contains("ok    runtime") && text.contains("runc 1.0.3 has no `features` command"),
+        "{text}"
+    );
     let broken = check(&["--runtime-path", "/nonexistent/runc"]);
     let text = String::from_utf8_lossy(&broken.stdout).into_owned();
     assert_eq!(broken.status.code(), Some(1), "{text}");

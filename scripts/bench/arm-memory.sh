@@ -16,7 +16,7 @@ scripts/arm-vm.sh --build >/dev/null
 work=$(mktemp -d /tmp/nanolet-arm-memory.XXXXXX)
 trap 'scripts/registry.sh stop "$work/registry" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 images=$(scripts/arm-images.sh "$work")
-read -r port _ <<<"$images"
+read -r port _ _ <<<"$images"
 
 idle=() thirty=()
 for ((run = 1; run <= runs; run++)); do

@@ -86,6 +86,10 @@ pub(super) async fn context(
     for escape in crate::runtime::advisories::known_escapes(config.runtime, &version) {
         log::warn!("{escape}: upgrade the runtime");
     }
+    let cgroup_v2 = crate::cgroup::detect() == crate::cgroup::Version::V2;
+    for shortfall in crate::runtime::advisories::too_old(config.runtime, &version, cgroup_v2) {
+        log::warn!("{}", shortfall.text);
+    }
     let recursive_read_only = runtime.supports_recursive_read_only().await;
     let http = Client::new(config.ca_file.clone(), config.insecure_registries.clone());
     let registry = Registry::new(http, config.registry_mirrors.clone());

@@ -32,16 +32,23 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
                 .and_then(|o| String::from_utf8(o.stdout).ok())
                 .and_then(|v| v.lines().next().map(str::to_owned))
                 .unwrap_or_default();
-            line(
-                true,
-                "runtime",
-                format!("{} ({version})", runtime.display()),
-            )?;
-            // Pods run, but the node should not stay so: not a failure.
             let number = version
                 .split_whitespace()
                 .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
                 .unwrap_or_default();
+            let cgroup_v2 = cgroup::detect() == Version::V2;
+            let (breaking, lacking): (Vec<_>, Vec<_>) =
+                crate::runtime::advisories::too_old(config.runtime, number, cgroup_v2)
+                    .into_iter()
+                    .partition(|s| s.breaks_pods);
+            let mut text = format!("{} ({version})", runtime.display());
+            for shortfall in &breaking {
+                text.push_str(": ");
+                text.push_str(&shortfall.text);
+            }
+            line(breaking.is_empty(), "runtime", text)?;
+            warnings.extend(lacking.into_iter().map(|s| s.text));
+            // Pods run, but the node should not stay so: not a failure.
             warnings.extend(crate::runtime::advisories::known_escapes(
                 config.runtime,
                 number,

@@ -140,6 +140,53 @@ pub fn known_escapes(kind: RuntimeKind, version: &str) -> Vec<String> {
         .collect()
 }
 
+/// What nanolet needs of runc that an older one lacks.
+pub struct Shortfall {
+    /// Pods run wrong with it, not merely without an extra.
+    pub breaks_pods: bool,
+    pub text: String,
+}
+
+/// Full cgroup v2 support, `linux.resources.unified` among it: an older
+/// runc ignores the field (Go's JSON drops unknown keys), so containers on
+/// cgroup v2 would run without the CPU weight of their requests.
+const RUNC_CGROUP_V2: Version = Version {
+    major: 1,
+    minor: 0,
+    patch: 0,
+    rc: ReleaseCandidate::Rc(93),
+};
+
+/// `runc features`, which tells nanolet the runtime can make recursively
+/// read-only mounts.
+const RUNC_FEATURES: Version = release(1, 1, 0);
+
+/// What the node's runtime is too old for; empty when nothing is known
+/// (crun's history is not tracked here, nor a version that does not parse).
+pub fn too_old(kind: RuntimeKind, version: &str, cgroup_v2: bool) -> Vec<Shortfall> {
+    let (RuntimeKind::Runc, Some(v)) = (kind, parse(version)) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    if cgroup_v2 && v < RUNC_CGROUP_V2 {
+        found.push(Shortfall {
+            breaks_pods: true,
+            text: format!(
+                "runc {version} is too old for cgroup v2 (1.0.0-rc93 and later support it fully): it ignores linux.resources.unified, so containers get no CPU weight from their requests; install runc 1.1 or later"
+            ),
+        });
+    }
+    if v < RUNC_FEATURES {
+        found.push(Shortfall {
+            breaks_pods: false,
+            text: format!(
+                "runc {version} has no `features` command (runc 1.1): read-only volumes cannot be made recursively read-only, and pods asking for recursiveReadOnly: Enabled fail to start"
+            ),
+        });
+    }
+    found
+}
+
 /// Whether `path` in a container goes through /proc/self, /proc/thread-self
 /// or a /proc/<pid>: as a workingDir or a mount target such a path
 /// reaches the runtime's own open files (CVE-2024-21626's trigger).
@@ -186,6 +233,27 @@ mod tests {
         let lines = known_escapes(RuntimeKind::Runc, "1.1.5");
         assert_eq!(lines.len(), 2);
         assert!(lines[0].contains("CVE-2024-21626"), "{lines:?}");
+    }
+
+    #[test]
+    fn runc_too_old_for_what_nanolet_writes() {
+        let breaks = |version: &str, v2: bool| -> Vec<bool> {
+            too_old(RuntimeKind::Runc, version, v2)
+                .iter()
+                .map(|s| s.breaks_pods)
+                .collect()
+        };
+        assert_eq!(breaks("1.0.0-rc92", true), [true, false]);
+        assert_eq!(breaks("1.0.0-rc92", false), [false]);
+        assert_eq!(breaks("1.0.0-rc93", true), [false]);
+        assert_eq!(breaks("1.0.3", true), [false]);
+        assert!(breaks("1.1.0", true).is_empty());
+        assert!(breaks("1.1.5+ds1", true).is_empty());
+        assert!(breaks("1.1.0-rc.1", true).len() == 1);
+        assert!(too_old(RuntimeKind::Crun, "0.1", true).is_empty());
+        assert!(too_old(RuntimeKind::Runc, "unknown", true).is_empty());
+        let text = &too_old(RuntimeKind::Runc, "1.0.0-rc92", true)[0].text;
+        assert!(text.contains("linux.resources.unified"), "{text}");
     }
 
     #[test]
