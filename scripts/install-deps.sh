@@ -10,12 +10,13 @@ set -euo pipefail
 # probe, and minimal images do not always ship it.
 COMMANDS=(runc crun docker-registry skopeo umoci busybox jq htpasswd qemu-aarch64-static mkfs.ext4 curl file
   aarch64-linux-gnu-gcc arm-linux-gnueabihf-gcc arm-linux-gnueabi-gcc riscv64-linux-gnu-gcc
-  iptables qemu-system-x86_64 qemu-system-aarch64 qemu-system-arm qemu-arm-static debootstrap zstd)
+  iptables qemu-system-x86_64 qemu-system-aarch64 qemu-system-arm qemu-arm-static debootstrap zstd protoc)
 PACKAGES=(runc crun docker-registry skopeo umoci busybox-static jq apache2-utils
   qemu-user-static e2fsprogs iproute2 musl-tools gcc-aarch64-linux-gnu
   libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross gcc-arm-linux-gnueabi
   libc6-dev-armel-cross gcc-riscv64-linux-gnu libc6-dev-riscv64-cross curl file iptables containernetworking-plugins
-  qemu-system-x86 qemu-system-arm debootstrap linux-image-amd64 python3-grpcio python3-kubernetes python3-yaml zstd apparmor)
+  qemu-system-x86 qemu-system-arm debootstrap linux-image-amd64 python3-grpcio python3-kubernetes python3-yaml zstd apparmor
+  protobuf-compiler)
 RUST_TARGETS=(aarch64-unknown-linux-musl x86_64-unknown-linux-musl riscv64gc-unknown-linux-gnu)
 
 missing=()

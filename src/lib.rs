@@ -6,6 +6,7 @@ pub(crate) mod certificates;
 pub mod cgroup;
 pub mod cli;
 pub mod config;
+pub mod device;
 pub(crate) mod helpers;
 pub mod http;
 pub mod image;

@@ -6,7 +6,7 @@ set -euo pipefail
 binary=$1 registry=$2 pods=$3
 work=/var/lib/nanolet-bench
 mkdir -p "$work/manifests"
-"$binary" run --static-pod-path "$work/manifests" --state-dir "$work/state" --pod-logs-dir "$work/logs" \
+"$binary" run --static-pod-path "$work/manifests" --state-dir "$work/state" --device-plugins-dir "$work/device-plugins" --pod-logs-dir "$work/logs" \
   --insecure-registry "$registry" --healthz-port 0 >"$work/agent.log" 2>&1 &
 agent=$!
 fail() { echo "arm-memory: FAIL: $*" >&2; tail -30 "$work/agent.log" >&2; exit 1; }

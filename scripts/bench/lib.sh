@@ -77,7 +77,7 @@ bench_join_cluster() {
   admin="$(cat "$work/api/admin")"
   "$apiserver" node-kubeconfig "$node" --dir "$work/api" >"$work/node.kubeconfig"
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  "$nanolet" run --state-dir "$work/state" --pod-logs-dir "$work/logs" \
+  "$nanolet" run --state-dir "$work/state" --device-plugins-dir "$work/device-plugins" --pod-logs-dir "$work/logs" \
     --cgroup-root "$cgroup_root" --insecure-registry "$registry" \
     --kubeconfig "$work/node.kubeconfig" --hostname-override "$node" \
     --node-ip 127.0.0.1 --address 127.0.0.1 --port "$port" --healthz-port 0 \

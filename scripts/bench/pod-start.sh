@@ -103,7 +103,7 @@ for runtime in "${runtimes[@]}"; do
   rm -rf "$work/state" "$work/logs" "$work/manifests"
   mkdir -p "$work/manifests" "$work/no-cni"
   # No CNI network: podman runs with --network none, the same for both.
-  "$nanolet" run --state-dir "$work/state" --static-pod-path "$work/manifests" \
+  "$nanolet" run --state-dir "$work/state" --device-plugins-dir "$work/device-plugins" --static-pod-path "$work/manifests" \
     --pod-logs-dir "$work/logs" --cgroup-root "$cgroup_root" --runtime "$runtime" \
     --cni-conf-dir "$work/no-cni" --insecure-registry "$registry" \
     >"$work/agent-$runtime.log" 2>&1 &

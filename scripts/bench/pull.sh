@@ -99,7 +99,7 @@ lag_buckets() {
 nanolet_run() {
   rm -rf "$work/state" "$work/manifests" "$work/logs"
   mkdir -p "$work/manifests" "$work/no-cni"
-  "$nanolet" run --state-dir "$work/state" --static-pod-path "$work/manifests" \
+  "$nanolet" run --state-dir "$work/state" --device-plugins-dir "$work/device-plugins" --static-pod-path "$work/manifests" \
     --pod-logs-dir "$work/logs" --cgroup-root "$cgroup_root" \
     --cni-conf-dir "$work/no-cni" --insecure-registry "$registry" \
     --address 127.0.0.1 --read-only-port "$read_only_port" \

@@ -38,7 +38,7 @@ registry="$(scripts/registry.sh start "$work/registry")"
 scripts/build-image.sh "$work/image" --tag 1 >/dev/null
 scripts/push-image.sh "$work/image" 1 "$registry" bench/busybox:1 >/dev/null
 mkdir -p "$work/manifests" "$work/no-cni"
-"$nanolet" run --state-dir "$work/state" --static-pod-path "$work/manifests" \
+"$nanolet" run --state-dir "$work/state" --device-plugins-dir "$work/device-plugins" --static-pod-path "$work/manifests" \
   --pod-logs-dir "$work/logs" --cgroup-root "$cgroup_root" --runtime runc \
   --cni-conf-dir "$work/no-cni" --insecure-registry "$registry" >"$work/agent.log" 2>&1 &
 agent=$!

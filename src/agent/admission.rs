@@ -173,6 +173,10 @@ pub struct Capacity {
     pub extended: BTreeMap<String, u64>,
     /// Allocatable ephemeral storage, bytes.
     pub ephemeral_storage: u64,
+    /// Healthy devices of the resources device plugins manage, which
+    /// upstream's device manager admits (before the predicates, with its
+    /// own reason) rather than the extended resources' count.
+    pub devices: BTreeMap<String, u64>,
 }
 
 /// A host port a pod takes: protocol, host IP (`0.0.0.0` for all), port.
@@ -313,6 +317,23 @@ pub fn admit(pod: &Pod, capacity: &Capacity, used: &mut Used) -> Result<(), Refu
         );
     }
     for (name, amount) in extended_requests(pod) {
+        let taken = used.extended.get(&name).copied().unwrap_or(0);
+        if let Some(&healthy) = capacity.devices.get(&name) {
+            let why = if healthy == 0 {
+                format!("no healthy devices present; cannot allocate unhealthy devices {name}")
+            } else if taken + amount > healthy {
+                format!(
+                    "requested number of devices unavailable for {name}. Requested: {amount}, Available: {}",
+                    healthy.saturating_sub(taken)
+                )
+            } else {
+                continue;
+            };
+            return Err((
+                "UnexpectedAdmissionError".into(),
+                format!("Allocate failed due to {why}, which is unexpected"),
+            ));
+        }
         let Some(&available) = capacity.extended.get(&name) else {
             continue;
         };
@@ -355,6 +376,7 @@ mod tests {
             memory: 1 << 30,
             pods: 2,
             extended: BTreeMap::new(),
+            devices: BTreeMap::new(),
             ephemeral_storage: 0,
         };
         let mut used = Used::default();
@@ -448,6 +470,7 @@ mod tests {
             memory: 1 << 30,
             pods: 10,
             extended: [("example.com/dongle".to_owned(), 3)].into(),
+            devices: BTreeMap::new(),
             ephemeral_storage: 0,
         };
         let dongles = |n: u32| {
@@ -469,12 +492,51 @@ mod tests {
     }
 
     #[test]
+    fn device_plugins_resources_are_refused_as_upstreams_device_manager_does() {
+        let capacity = Capacity {
+            cpu_milli: 1000,
+            memory: 1 << 30,
+            pods: 10,
+            // The API's Node says 5 (what the agent last posted, or an
+            // administrator's patch): the plugin's healthy count rules.
+            extended: [("example.com/serial".to_owned(), 5)].into(),
+            devices: [
+                ("example.com/serial".to_owned(), 2),
+                ("example.com/gone".to_owned(), 0),
+            ]
+            .into(),
+            ephemeral_storage: 0,
+        };
+        let asking = |resource: &str, n: u32| {
+            manifest(&format!(
+                "spec:\n  containers: [{{name: c, image: i, resources: {{limits: {{{resource}: {n}}}}}}}]\n"
+            ))
+        };
+        let mut used = Used::default();
+        assert!(admit(&asking("example.com/serial", 1), &capacity, &mut used).is_ok());
+        let (reason, message) =
+            admit(&asking("example.com/serial", 2), &capacity, &mut used).unwrap_err();
+        assert_eq!(reason, "UnexpectedAdmissionError");
+        assert_eq!(
+            message,
+            "Allocate failed due to requested number of devices unavailable for example.com/serial. Requested: 2, Available: 1, which is unexpected"
+        );
+        assert!(admit(&asking("example.com/serial", 1), &capacity, &mut used).is_ok());
+        let (_, message) = admit(&asking("example.com/gone", 1), &capacity, &mut used).unwrap_err();
+        assert_eq!(
+            message,
+            "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/gone, which is unexpected"
+        );
+    }
+
+    #[test]
     fn ephemeral_storage_requests_are_counted_limits_standing_for_them() {
         let capacity = Capacity {
             cpu_milli: 1000,
             memory: 1 << 30,
             pods: 10,
             extended: BTreeMap::new(),
+            devices: BTreeMap::new(),
             ephemeral_storage: 10 << 20,
         };
         let storage = |kind: &str, amount: &str| {
@@ -523,6 +585,7 @@ mod tests {
             memory: 1 << 30,
             pods: 10,
             extended: BTreeMap::new(),
+            devices: BTreeMap::new(),
             ephemeral_storage: 0,
         };
         let ports = |ports: &str| {

@@ -85,6 +85,8 @@ pub struct Context {
     pub cni: Cni,
     /// The node's pressure conditions, and what to evict.
     pub eviction: eviction::EvictionManager,
+    /// Device plugins' devices, and which containers hold them.
+    pub devices: Rc<crate::device::DeviceManager>,
 }
 
 /// A running worker: how to tell it things, and its task.
@@ -134,7 +136,12 @@ pub async fn run(
     // containers, or clean up pods that are no longer wanted. Pods from the
     // API server keep running from here until the API server says otherwise,
     // also when it cannot be reached.
-    for (pod, admitted) in adopt_checkpoints(&ctx).await {
+    let adopted = adopt_checkpoints(&ctx).await;
+    // Devices of pods that are gone for good are free; the adopted keep
+    // theirs.
+    ctx.devices
+        .keep_only(|uid| adopted.iter().any(|(pod, _)| pod.uid == uid));
+    for (pod, admitted) in adopted {
         log::info!("adopting pod {} ({})", pod.full_name(), pod.uid);
         let command = agent.manager.adopt(pod, admitted);
         agent.workers.carry_out(command);
@@ -176,6 +183,7 @@ pub async fn run(
             pods: u64::from(ctx.config.max_pods),
             extended: Default::default(),
             ephemeral_storage: node::storage_allocatable(&ctx, node::storage_capacity(&ctx)),
+            devices: Default::default(),
         }
     };
 
@@ -207,6 +215,7 @@ pub async fn run(
         // Until its first list, the API server says nothing about which
         // pods should not run.
         capacity.extended = node_view.extended.clone();
+        capacity.devices = ctx.devices.allocatable();
         if let Some(reflector) = &api_pods {
             agent.sync_api_pods(reflector, &node_view, &capacity);
         }
@@ -432,6 +441,7 @@ impl Agent {
     fn finished(&mut self, uid: &str) {
         self.workers.links.remove(uid);
         self.manager.finished(uid);
+        self.ctx.devices.release(uid);
         self.ctx.images.wake_gc();
         if let Some(status) = &self.ctx.status_manager {
             status.finished(uid);

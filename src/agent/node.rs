@@ -202,6 +202,14 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
     allocatable.insert("memory", format_bytes(mem_alloc));
     allocatable.insert("ephemeral-storage", format_bytes(storage_alloc));
 
+    let mut capacity = quantities(capacity);
+    let mut allocatable = quantities(allocatable);
+    // Device plugins' resources: every device, and the healthy ones.
+    for (name, (all, healthy)) in ctx.devices.capacity() {
+        capacity.insert(name.clone(), Quantity(all.to_string()));
+        allocatable.insert(name, Quantity(healthy.to_string()));
+    }
+
     let pressure = ctx.eviction.pressure();
     let (memory_pressure, disk_pressure) = (pressure.memory, pressure.disk);
     let conditions = vec![
@@ -326,8 +334,8 @@ pub fn node_status(ctx: &Context, facts: &NodeFacts, now: Timestamp) -> core::No
             supplemental_groups_policy: Some(true),
         }),
         addresses: Some(addresses),
-        allocatable: Some(quantities(allocatable)),
-        capacity: Some(quantities(capacity)),
+        allocatable: Some(allocatable),
+        capacity: Some(capacity),
         conditions: Some(conditions),
         daemon_endpoints: Some(core::NodeDaemonEndpoints {
             kubelet_endpoint: Some(core::DaemonEndpoint {

@@ -188,6 +188,10 @@ pub(super) async fn context(
         node_uid: Rc::default(),
         api_node: Rc::default(),
         eviction: eviction::EvictionManager::new(config.eviction.clone()),
+        devices: crate::device::DeviceManager::new(
+            config.device_plugins_dir.clone(),
+            layout.devices(),
+        ),
         runtime,
         layout,
         config,
@@ -237,6 +241,11 @@ pub(super) async fn spawn_services(ctx: &Rc<Context>) {
     crate::rt::spawn(async move { retry_ctx.cni.retry_parked().await }).detach();
     crate::rt::spawn(crate::rt::measure_lag(Duration::from_secs(5))).detach();
     crate::rt::spawn(collect_images(ctx.clone())).detach();
+    // Pods are admitted without device plugins if their socket cannot be
+    // served: only pods asking for plugins' devices fail.
+    if let Err(e) = crate::device::serve(ctx.devices.clone()) {
+        log::error!("device plugins: {e}");
+    }
     if ctx.config.healthz_port != 0 {
         let addr =
             std::net::SocketAddr::new(ctx.config.healthz_bind_address, ctx.config.healthz_port);

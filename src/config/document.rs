@@ -322,6 +322,12 @@ fn resolve(
     if let Some(dirs) = nanolet.cni_bin_dirs {
         config.cni_bin_dirs = dirs;
     }
+    if let Some(dir) = nanolet.device_plugins_dir {
+        config.device_plugins_dir = dir;
+    }
+    if let Some(dirs) = nanolet.cdi_spec_dirs {
+        config.cdi_spec_dirs = dirs;
+    }
     config.registry_mirrors = nanolet.registry_mirrors;
     if let Some(ca) = nanolet.ca_file {
         config.ca_file = ca;
@@ -493,6 +499,9 @@ struct NanoletConfigurationDoc {
     node_labels: BTreeMap<String, String>,
     cni_conf_dir: Option<PathBuf>,
     cni_bin_dirs: Option<Vec<PathBuf>>,
+    device_plugins_dir: Option<PathBuf>,
+    #[serde(rename = "cdiSpecDirs")]
+    cdi_spec_dirs: Option<Vec<PathBuf>>,
     docker_config: Option<PathBuf>,
     #[serde(default)]
     pinned_images: Vec<String>,

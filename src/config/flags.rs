@@ -109,6 +109,8 @@ const FLAGS: &[Flag] = &[
     flag("node-labels", Nanolet, &["nodeLabels"], KeyValues, "K=V,...", "labels set at registration"),
     flag("cni-conf-dir", Nanolet, &["cniConfDir"], Text, "DIR", "CNI network configurations (/etc/cni/net.d)"),
     flag("cni-bin-dir", Nanolet, &["cniBinDirs"], List, "DIR,...", "CNI plugins (/opt/cni/bin,/usr/lib/cni)"),
+    flag("device-plugins-dir", Nanolet, &["devicePluginsDir"], Text, "DIR", "device plugins' sockets and kubelet.sock (/var/lib/kubelet/device-plugins)"),
+    flag("cdi-spec-dir", Nanolet, &["cdiSpecDirs"], List, "DIR,...", "CDI specs, later ones overriding (/etc/cdi,/var/run/cdi)"),
 ];
 
 fn find(name: &str) -> Option<&'static Flag> {

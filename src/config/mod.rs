@@ -155,6 +155,11 @@ pub struct Config {
     pub cni_conf_dir: PathBuf,
     /// Where CNI plugins are looked up, in order.
     pub cni_bin_dirs: Vec<PathBuf>,
+    /// Device plugins' sockets and the agent's kubelet.sock (upstream's
+    /// `<root-dir>/device-plugins`).
+    pub device_plugins_dir: PathBuf,
+    /// CDI spec directories, lowest priority first.
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nanolet";
@@ -265,6 +270,8 @@ impl Default for Config {
             cni_conf_dir: PathBuf::from("/etc/cni/net.d"),
             // Upstream's default, then where Debian's package puts them.
             cni_bin_dirs: vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")],
+            device_plugins_dir: PathBuf::from("/var/lib/kubelet/device-plugins"),
+            cdi_spec_dirs: crate::device::cdi::DEFAULT_DIRS.map(PathBuf::from).to_vec(),
         }
     }
 }

@@ -10,9 +10,11 @@
 use std::path::PathBuf;
 
 use crate::cgroup;
+use crate::device::api::ContainerAllocateResponse;
 use crate::image::manifest::RunConfig;
 use crate::pod::status::WaitingReason;
 use crate::pod::{Container, Pod};
+use crate::runtime::spec::devices::DeviceEdits;
 use crate::runtime::spec::{self, PodPaths, SpecInput};
 use crate::runtime::{Bundle, sub_path};
 
@@ -39,6 +41,10 @@ pub struct BundleSetup {
     pub seccomp_root: PathBuf,
     pub apparmor_default: Option<&'static str>,
     pub recursive_read_only: bool,
+    /// What the container's device plugins answered for it.
+    pub device_answer: ContainerAllocateResponse,
+    /// Where CDI specs are, for the CDI devices it names.
+    pub cdi_dirs: Vec<PathBuf>,
 }
 
 impl BundleSetup {
@@ -84,6 +90,10 @@ impl BundleSetup {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| (WaitingReason::CreateContainerConfigError, e.to_string()))?;
+        // As containerd's: CDI devices that do not resolve fail the
+        // container's creation.
+        let devices = DeviceEdits::resolve(&self.device_answer, &self.cdi_dirs)
+            .map_err(|e| (WaitingReason::CreateContainerError, e.to_string()))?;
         let spec = spec::build(&SpecInput {
             pod: &self.pod,
             container: &self.container,
@@ -100,6 +110,7 @@ impl BundleSetup {
             pinned_sub_paths: &pinned_sub_paths,
             apparmor_default: self.apparmor_default,
             recursive_read_only: self.recursive_read_only,
+            devices: &devices,
         })
         .map_err(|e| (WaitingReason::CreateContainerConfigError, e.to_string()))?;
         bundle

@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod devices;
 mod model;
 
 pub use model::*;
@@ -479,6 +480,8 @@ pub struct SpecInput<'a> {
     pub apparmor_default: Option<&'a str>,
     /// The runtime and kernel make recursively read-only mounts (`rro`).
     pub recursive_read_only: bool,
+    /// What the container's devices add.
+    pub devices: &'a devices::DeviceEdits,
 }
 
 pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
@@ -490,7 +493,12 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         paths,
         ..
     } = *input;
-    let user = resolve_user(pod, container, image, rootfs)?;
+    let mut user = resolve_user(pod, container, image, rootfs)?;
+    for gid in &input.devices.additional_gids {
+        if *gid != user.gid && !user.additional_gids.contains(gid) {
+            user.additional_gids.push(*gid);
+        }
+    }
     let args = process_args(container, image, input.env)?;
     let cwd = container
         .working_dir
@@ -578,6 +586,8 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             &["nosuid", "noexec", "nodev", "relatime", "rw"],
         ));
     }
+    // Before the volumes, as upstream orders them.
+    mounts.extend(input.devices.mounts.iter().cloned());
     for (i, m) in container.mounts.iter().enumerate() {
         if let Some((_, root)) = paths
             .volume_sources
@@ -680,11 +690,17 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
         devices: if container.security.privileged {
             vec![serde_json::json!({"allow": true, "access": "rwm"})]
         } else {
-            Vec::new()
+            // As containerd writes it: every device denied, then the
+            // container's own allowed (the runtime adds its defaults).
+            std::iter::once(serde_json::json!({"allow": false, "access": "rwm"}))
+                .chain(input.devices.rules.iter().cloned())
+                .collect()
         },
     };
     let caps = capabilities(&container.security);
     let privileged = container.security.privileged;
+    // The devices' variables first: the container's own override them.
+    let env: Vec<(String, String)> = input.devices.env.iter().chain(input.env).cloned().collect();
     // procMount Unmasked: /proc as the kernel has it, as containerd does.
     let unmasked = privileged || container.security.proc_unmasked;
     // Privileged containers run without seccomp, whatever they name.
@@ -703,7 +719,7 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             terminal: container.input.tty,
             user,
             args,
-            env: environment(&paths.own_hostname, input.env, image, container.input.tty),
+            env: environment(&paths.own_hostname, &env, image, container.input.tty),
             cwd,
             capabilities: Capabilities {
                 bounding: caps.clone(),
@@ -753,12 +769,21 @@ pub fn build(input: &SpecInput) -> Result<Spec, SpecError> {
             },
             sysctl: pod.sysctls.iter().cloned().collect(),
             seccomp,
-            devices: if privileged {
-                host_devices()
-            } else {
-                Vec::new()
+            devices: {
+                let mut nodes = if privileged {
+                    host_devices()
+                } else {
+                    Vec::new()
+                };
+                for node in &input.devices.nodes {
+                    nodes.retain(|n| n["path"] != node["path"]);
+                    nodes.push(node.clone());
+                }
+                nodes
             },
         },
+        annotations: input.devices.annotations.clone(),
+        hooks: input.devices.hooks.clone(),
     })
 }
 

@@ -10,7 +10,7 @@ pub(crate) mod auth;
 mod client_ca;
 #[doc(hidden)]
 pub mod fuzzing;
-mod limits;
+pub(crate) mod limits;
 mod node_logs;
 mod port_forward;
 mod remote_command;

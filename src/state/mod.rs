@@ -68,6 +68,10 @@ impl Layout {
     pub fn agent_pid(&self) -> PathBuf {
         self.root.join("agent.pid")
     }
+    /// Which container holds which plugin's devices, and the devices.
+    pub fn devices(&self) -> PathBuf {
+        self.root.join("devices.json")
+    }
 }
 
 /// What a replaced file must survive.

@@ -367,6 +367,9 @@ impl Agent {
             // The host's CNI configuration is never the test's.
             .arg("--cni-conf-dir")
             .arg(self.dir.path().join("cni"))
+            // Nor are the host's device plugins.
+            .arg("--device-plugins-dir")
+            .arg(self.device_plugins())
             // Not upstream's 10248: agents run side by side here.
             .args(["--healthz-port", "0"])
             .args(&self.extra_args)
@@ -378,6 +381,11 @@ impl Agent {
             .spawn()
             .unwrap();
         self.child = Some(child);
+    }
+
+    /// Where the agent's kubelet.sock is, and plugins' sockets go.
+    pub fn device_plugins(&self) -> PathBuf {
+        self.dir.path().join("device-plugins")
     }
 
     /// `kill -9` of the agent alone: monitors and containers live on.

@@ -32,6 +32,7 @@ use crate::runtime::{Bundle, sandbox};
 use crate::state::records::{self, Checkpoint, ContainerRecord, PodRecord};
 use k8s_openapi::api::core::v1 as core;
 
+mod devices;
 mod ending;
 mod plan;
 mod pod_sandbox;
@@ -247,6 +248,7 @@ impl Worker {
             log::error!("pod {name}: {e}");
         }
         self.adopt().await;
+        self.allocate_devices().await;
         if self.stage.ended().is_some() {
             self.kill_all_now().await;
         }

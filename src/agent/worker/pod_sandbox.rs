@@ -165,6 +165,9 @@ impl Worker {
             log::warn!("pod {name}: releasing its sandbox: {e}");
             return;
         }
+        // Nothing of it runs: as upstream, a terminated pod's devices are
+        // free for others.
+        self.ctx.devices.release(&self.pod.uid);
         // Its volumes are torn down as upstream's are for a terminated
         // pod: an evicted pod's emptyDir must give its disk back.
         let volumes = self.dir.join("volumes");

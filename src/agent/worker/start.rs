@@ -135,6 +135,14 @@ impl Worker {
                 return;
             }
         };
+        // As upstream, before every start: a plugin's failure fails the
+        // container's configuration.
+        let devices = self.ctx.devices.clone();
+        if let Err(message) = devices.pre_start(&self.pod.uid, &spec_container.name).await {
+            self.create_failed(i, WaitingReason::CreateContainerConfigError, message);
+            return;
+        }
+        let device_answer = devices.container_edits(&self.pod.uid, &spec_container.name);
         let id = crate::state::random_hex();
         let bundle = Bundle::new(&self.dir, &id);
         let qos = self.pod.qos;
@@ -155,6 +163,8 @@ impl Worker {
             seccomp_root: self.ctx.layout.seccomp(),
             apparmor_default: crate::runtime::apparmor::host().default_profile(),
             recursive_read_only: self.ctx.recursive_read_only,
+            device_answer,
+            cdi_dirs: self.ctx.config.cdi_spec_dirs.clone(),
         };
         let user = match set_up_bundle(setup, self.ctx.runtime.clone(), id.clone()).await {
             Ok(user) => user,

@@ -14,6 +14,12 @@ pub struct Spec {
     pub hostname: Option<String>,
     pub mounts: Vec<Mount>,
     pub linux: Linux,
+    /// What device plugins asked to be passed to the runtime.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
+    /// OCI hooks by name (CDI devices' only).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub hooks: std::collections::BTreeMap<&'static str, Vec<serde_json::Value>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -63,7 +69,7 @@ pub struct Root {
     pub readonly: bool,
 }
 
-#[derive(Debug, Serialize, Clone)]
+#[derive(Debug, Serialize, Clone, PartialEq)]
 pub struct Mount {
     pub destination: String,
     #[serde(rename = "type")]
@@ -117,7 +123,8 @@ pub struct Resources {
     pub cpu: Option<Cpu>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<Memory>,
-    /// Privileged containers may use every device.
+    /// The devices the container may use: every one when privileged,
+    /// else none but its device plugins' and the runtime's defaults.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<serde_json::Value>,
     /// cgroup v2 files written as given (cpu.weight by upstream's formula).

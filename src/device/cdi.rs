@@ -1,0 +1,379 @@
+//! Container Device Interface specs (github.com/cncf-tags/container-device-interface):
+//! JSON or YAML files in `/etc/cdi` and `/var/run/cdi` naming, for each
+//! device of a kind (`vendor.com/class`), the edits a container needs for
+//! it: device nodes, mounts, environment, hooks, groups. A device plugin
+//! names CDI devices in its Allocate answer; nanolet, being the runtime
+//! too, resolves them here as containerd and CRI-O do.
+//!
+//! A later directory overrides an earlier one for the same device, as the
+//! CDI library orders them; two files of one directory naming the same
+//! device make it unresolvable. Specs are files an administrator or a
+//! plugin wrote, still read with caps on size and count.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The directories of CDI's default, lowest priority first.
+pub const DEFAULT_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
+/// A spec file larger than this is not one.
+const MAX_SPEC: u64 = 1 << 20;
+/// Spec files read from one directory.
+const MAX_FILES: usize = 256;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CdiError {
+    #[error("unresolvable CDI devices {0}")]
+    Unresolvable(String),
+    #[error("CDI device name {0:?} is not vendor.com/class=name")]
+    Name(String),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerEdits {
+    #[serde(default)]
+    pub env: Vec<String>,
+    #[serde(default)]
+    pub device_nodes: Vec<DeviceNode>,
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
+    #[serde(default)]
+    pub hooks: Vec<Hook>,
+    #[serde(default)]
+    pub additional_gids: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceNode {
+    /// In the container.
+    pub path: String,
+    /// On the host; `path` when absent.
+    pub host_path: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub major: Option<i64>,
+    pub minor: Option<i64>,
+    pub file_mode: Option<u32>,
+    pub permissions: Option<String>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mount {
+    pub host_path: String,
+    pub container_path: String,
+    #[serde(default)]
+    pub options: Vec<String>,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hook {
+    pub hook_name: String,
+    pub path: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<String>,
+    pub timeout: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Spec {
+    #[allow(dead_code)]
+    cdi_version: String,
+    kind: String,
+    devices: Vec<SpecDevice>,
+    #[serde(default)]
+    container_edits: ContainerEdits,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecDevice {
+    name: String,
+    #[serde(default)]
+    container_edits: ContainerEdits,
+}
+
+/// A device found in the specs: its edits, and its spec's.
+#[derive(Debug, Clone)]
+struct Found {
+    priority: usize,
+    /// Which spec file (for its spec-level edits, applied once).
+    spec: usize,
+    edits: ContainerEdits,
+    /// Another spec file of the same directory names it too.
+    conflict: bool,
+}
+
+/// The specs of `dirs` (lowest priority first), read now.
+pub struct Registry {
+    devices: BTreeMap<String, Found>,
+    spec_edits: Vec<ContainerEdits>,
+}
+
+impl Registry {
+    pub fn read(dirs: &[PathBuf]) -> Registry {
+        let mut registry = Registry {
+            devices: BTreeMap::new(),
+            spec_edits: Vec::new(),
+        };
+        for (priority, dir) in dirs.iter().enumerate() {
+            for path in spec_files(dir) {
+                match read_spec(&path) {
+                    Ok(spec) => registry.add(priority, spec),
+                    Err(e) => log::warn!("CDI spec {}: {e}", path.display()),
+                }
+            }
+        }
+        registry
+    }
+
+    fn add(&mut self, priority: usize, spec: Spec) {
+        if !valid_kind(&spec.kind) {
+            log::warn!("CDI spec of kind {:?}: not vendor.com/class", spec.kind);
+            return;
+        }
+        let index = self.spec_edits.len();
+        self.spec_edits.push(spec.container_edits);
+        for device in spec.devices {
+            if !valid_device_name(&device.name) {
+                log::warn!(
+                    "CDI device {:?} of {}: invalid name",
+                    device.name,
+                    spec.kind
+                );
+                continue;
+            }
+            let name = format!("{}={}", spec.kind, device.name);
+            let found = Found {
+                priority,
+                spec: index,
+                edits: device.container_edits,
+                conflict: false,
+            };
+            match self.devices.get_mut(&name) {
+                Some(old) if old.priority == priority => old.conflict = true,
+                Some(old) if old.priority > priority => {}
+                _ => {
+                    self.devices.insert(name, found);
+                }
+            }
+        }
+    }
+
+    /// The edits for `names`, in order: each spec's own edits once, before
+    /// its first device's.
+    pub fn resolve(&self, names: &[String]) -> Result<Vec<ContainerEdits>, CdiError> {
+        let mut missing = Vec::new();
+        let mut edits = Vec::new();
+        let mut specs_applied = Vec::new();
+        for name in names {
+            if name
+                .split_once('=')
+                .is_none_or(|(kind, device)| !valid_kind(kind) || !valid_device_name(device))
+            {
+                return Err(CdiError::Name(name.clone()));
+            }
+            match self.devices.get(name) {
+                Some(found) if !found.conflict => {
+                    if !specs_applied.contains(&found.spec) {
+                        specs_applied.push(found.spec);
+                        edits.push(self.spec_edits[found.spec].clone());
+                    }
+                    edits.push(found.edits.clone());
+                }
+                _ => missing.push(name.as_str()),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(CdiError::Unresolvable(missing.join(", ")));
+        }
+        Ok(edits)
+    }
+}
+
+/// `.json` and `.yaml` files directly in `dir`, in name order.
+fn spec_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|x| x == "json" || x == "yaml" || x == "yml")
+        })
+        .collect();
+    files.sort();
+    if files.len() > MAX_FILES {
+        log::warn!(
+            "{}: {} CDI spec files; reading the first {MAX_FILES}",
+            dir.display(),
+            files.len()
+        );
+        files.truncate(MAX_FILES);
+    }
+    files
+}
+
+fn read_spec(path: &Path) -> Result<Spec, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    file.take(MAX_SPEC + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_SPEC {
+        return Err(format!("larger than {MAX_SPEC} bytes"));
+    }
+    // YAML is a superset of JSON: one parser for both.
+    serde_yaml_ng::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// `vendor/class`: a vendor of DNS-like labels, a class of letters, digits,
+/// `_`, `-` and `.`; both starting with a letter and ending alphanumeric.
+fn valid_kind(kind: &str) -> bool {
+    let Some((vendor, class)) = kind.split_once('/') else {
+        return false;
+    };
+    let part = |s: &str, extra: &[u8]| {
+        let bytes = s.as_bytes();
+        !bytes.is_empty()
+            && bytes[0].is_ascii_alphabetic()
+            && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || extra.contains(b))
+    };
+    part(vendor, b"_-.") && part(class, b"_-.") && class.len() <= 63
+}
+
+/// A device name: alphanumeric at both ends, `_ - . :` inside.
+fn valid_device_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(b))
+}
+
+/// For the fuzz target: a spec's text read, any error, no panic.
+pub mod fuzzing {
+    pub fn spec(data: &[u8]) {
+        if let Ok(text) = std::str::from_utf8(data) {
+            let _ = serde_yaml_ng::from_str::<super::Spec>(text);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, file: &str, text: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+
+    const SERIAL: &str = r#"{"cdiVersion": "0.6.0", "kind": "example.com/serial",
+      "containerEdits": {"env": ["SERIAL_SPEC=1"]},
+      "devices": [
+        {"name": "s0", "containerEdits": {"deviceNodes": [{"path": "/dev/ttyX0", "hostPath": "/tmp/x0"}],
+          "mounts": [{"hostPath": "/tmp/conf", "containerPath": "/etc/serial", "options": ["ro", "bind"]}],
+          "hooks": [{"hookName": "createContainer", "path": "/bin/true", "args": ["true", "s0"]}]}},
+        {"name": "s1", "containerEdits": {"env": ["WHICH=s1"]}}
+      ]}"#;
+
+    #[test]
+    fn names_resolve_to_their_spec_and_device_edits() {
+        let dir = state::TestDir::new("cdi");
+        write(&dir.0, "serial.json", SERIAL);
+        let registry = Registry::read(&[dir.0.to_owned()]);
+        let edits = registry
+            .resolve(&[
+                "example.com/serial=s0".into(),
+                "example.com/serial=s1".into(),
+            ])
+            .unwrap_or_default();
+        // The spec's edits once, then each device's.
+        assert_eq!(edits.len(), 3);
+        assert_eq!(edits[0].env, ["SERIAL_SPEC=1"]);
+        assert_eq!(
+            edits[1].device_nodes[0].host_path.as_deref(),
+            Some("/tmp/x0")
+        );
+        assert_eq!(edits[1].mounts[0].options, ["ro", "bind"]);
+        assert_eq!(edits[1].hooks[0].hook_name, "createContainer");
+        assert_eq!(edits[2].env, ["WHICH=s1"]);
+        assert_eq!(
+            registry.resolve(&["example.com/serial=s9".into()]),
+            Err(CdiError::Unresolvable("example.com/serial=s9".into()))
+        );
+        assert!(matches!(
+            registry.resolve(&["no-kind".into()]),
+            Err(CdiError::Name(_))
+        ));
+    }
+
+    use crate::state;
+
+    #[test]
+    fn a_later_directory_overrides_and_a_clash_in_one_is_unresolvable() {
+        let dir = state::TestDir::new("cdi-prio");
+        let (etc, run) = (dir.0.join("etc"), dir.0.join("run"));
+        let one = |env: &str| {
+            format!(
+                r#"{{"cdiVersion": "0.6.0", "kind": "example.com/serial", "devices": [{{"name": "s0", "containerEdits": {{"env": ["{env}"]}}}}]}}"#
+            )
+        };
+        write(&etc, "a.json", &one("FROM=etc"));
+        write(&run, "a.yaml", &one("FROM=run"));
+        let registry = Registry::read(&[etc.clone(), run.clone()]);
+        let edits = registry
+            .resolve(&["example.com/serial=s0".into()])
+            .unwrap_or_default();
+        assert_eq!(
+            edits.last().map(|e| e.env.clone()),
+            Some(vec!["FROM=run".to_owned()])
+        );
+        write(&run, "b.json", &one("FROM=run-too"));
+        let registry = Registry::read(&[etc, run]);
+        assert!(registry.resolve(&["example.com/serial=s0".into()]).is_err());
+    }
+
+    #[test]
+    fn hostile_specs_are_skipped() {
+        let dir = state::TestDir::new("cdi-bad");
+        write(&dir.0, "big.json", &" ".repeat(MAX_SPEC as usize + 1));
+        write(
+            &dir.0,
+            "kind.json",
+            r#"{"cdiVersion": "0.6.0", "kind": "nokind", "devices": [{"name": "a"}]}"#,
+        );
+        write(
+            &dir.0,
+            "name.json",
+            r#"{"cdiVersion": "0.6.0", "kind": "x.com/y", "devices": [{"name": "-a"}]}"#,
+        );
+        write(&dir.0, "junk.json", "{{{{");
+        write(&dir.0, "ok.txt", SERIAL);
+        std::fs::create_dir_all(dir.0.join("sub.json")).unwrap();
+        let registry = Registry::read(&[dir.0.to_owned()]);
+        assert!(registry.devices.is_empty());
+    }
+}
