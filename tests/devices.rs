@@ -194,27 +194,48 @@ fn each_pod_gets_its_own_device_and_keeps_it_through_restarts() {
     );
     plugin.wait_registered(&agent, 1);
 
-    agent.write_manifest(
-        "one.yaml",
-        &pod_yaml("one", GRACE, &prober(&image, &[&d0, &d1])),
+    // Written together: both are admitted in one pass, and both ask the
+    // plugin's preference (the highest free ID) at once. Each gets one.
+    for pod in ["one", "two"] {
+        let manifest = pod_yaml(pod, GRACE, &prober(&image, &[&d0, &d1]));
+        // Hidden until both are there: the agent skips dotfiles.
+        fs::write(agent.manifests.join(format!(".{pod}.yaml")), manifest).unwrap();
+    }
+    for pod in ["one", "two"] {
+        let hidden = agent.manifests.join(format!(".{pod}.yaml"));
+        fs::rename(&hidden, agent.manifests.join(format!("{pod}.yaml"))).unwrap();
+    }
+    let mut held = Vec::new();
+    for pod in ["one", "two"] {
+        let logs = logs_when(&agent, pod, "denied");
+        let id = if logs.contains("have /dev/serial-1 serial-1") { 1 } else { 0 };
+        let other = 1 - id;
+        assert!(
+            logs.contains(&format!("have /dev/serial-{id} serial-{id}"))
+                && !logs.contains(&format!("/dev/serial-{other}"))
+                && logs.contains(&format!("ids serial-{id}"))
+                && logs.contains(&format!("open {id}"))
+                && logs.contains(&format!("denied {other}")),
+            "{pod}: {logs}"
+        );
+        held.push((pod, id, other));
+    }
+    assert_ne!(held[0].1, held[1].1, "one device given twice: {held:?}");
+    let preferred = plugin.calls("GetPreferredAllocation");
+    assert!(
+        preferred.iter().all(|c| c["chosen"] == serde_json::json!(["serial-1"])),
+        "{preferred:?}"
     );
-    let one = logs_when(&agent, "one", "denied");
-    // The plugin's preference (the highest ID) was taken.
-    assert!(one.contains("have /dev/serial-1 serial-1"), "{one}");
-    assert!(!one.contains("/dev/serial-0"), "{one}");
-    assert!(one.contains("ids serial-1"), "{one}");
-    assert!(one.contains("denied 0") && one.contains("open 1"), "{one}");
-    let pre_start = plugin.calls("PreStartContainer");
-    assert_eq!(pre_start.len(), 1, "{pre_start:?}");
-    assert_eq!(pre_start[0]["ids"], serde_json::json!(["serial-1"]));
-
-    agent.write_manifest(
-        "two.yaml",
-        &pod_yaml("two", GRACE, &prober(&image, &[&d0, &d1])),
+    let mut pre_started: Vec<Value> = plugin
+        .calls("PreStartContainer")
+        .iter()
+        .map(|c| c["ids"].clone())
+        .collect();
+    pre_started.sort_by_key(|ids| ids.to_string());
+    assert_eq!(
+        pre_started,
+        [serde_json::json!(["serial-0"]), serde_json::json!(["serial-1"])]
     );
-    let two = logs_when(&agent, "two", "denied");
-    assert!(two.contains("have /dev/serial-0 serial-0"), "{two}");
-    assert!(two.contains("open 0") && two.contains("denied 1"), "{two}");
 
     // No device left: refused with upstream's reason and message.
     agent.write_manifest(
@@ -258,7 +279,7 @@ fn each_pod_gets_its_own_device_and_keeps_it_through_restarts() {
     agent.power_cut();
     agent.spawn();
     plugin.wait_registered(&agent, 3);
-    for (pod, id, other) in [("one", 1, 0), ("two", 0, 1)] {
+    for &(pod, id, other) in &held {
         let logs = wait(&agent, "the pods started again", T, || {
             let restarted = agent
                 .container_status(pod, "c")
@@ -283,7 +304,11 @@ fn each_pod_gets_its_own_device_and_keeps_it_through_restarts() {
         &pod_yaml("four", GRACE, &prober(&image, &[&d0, &d1])),
     );
     let four = logs_when(&agent, "four", "denied");
-    assert!(four.contains("have /dev/serial-0 serial-0"), "{four}");
+    let freed = held[1].1;
+    assert!(
+        four.contains(&format!("have /dev/serial-{freed} serial-{freed}")),
+        "{four}"
+    );
     drop(plugin);
 }
 
