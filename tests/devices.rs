@@ -208,7 +208,11 @@ fn each_pod_gets_its_own_device_and_keeps_it_through_restarts() {
     let mut held = Vec::new();
     for pod in ["one", "two"] {
         let logs = logs_when(&agent, pod, "denied");
-        let id = if logs.contains("have /dev/serial-1 serial-1") { 1 } else { 0 };
+        let id = if logs.contains("have /dev/serial-1 serial-1") {
+            1
+        } else {
+            0
+        };
         let other = 1 - id;
         assert!(
             logs.contains(&format!("have /dev/serial-{id} serial-{id}"))
@@ -223,7 +227,9 @@ fn each_pod_gets_its_own_device_and_keeps_it_through_restarts() {
     assert_ne!(held[0].1, held[1].1, "one device given twice: {held:?}");
     let preferred = plugin.calls("GetPreferredAllocation");
     assert!(
-        preferred.iter().all(|c| c["chosen"] == serde_json::json!(["serial-1"])),
+        preferred
+            .iter()
+            .all(|c| c["chosen"] == serde_json::json!(["serial-1"])),
         "{preferred:?}"
     );
     let mut pre_started: Vec<Value> = plugin
@@ -234,7 +240,10 @@ fn each_pod_gets_its_own_device_and_keeps_it_through_restarts() {
     pre_started.sort_by_key(|ids| ids.to_string());
     assert_eq!(
         pre_started,
-        [serde_json::json!(["serial-0"]), serde_json::json!(["serial-1"])]
+        [
+            serde_json::json!(["serial-0"]),
+            serde_json::json!(["serial-1"])
+        ]
     );
 
     // No device left: refused with upstream's reason and message.
@@ -478,4 +487,109 @@ fn the_nodes_allocatable_follows_device_health_and_the_plugin() {
         (p["status"]["phase"] == "Running").then_some(())
     });
     assert_eq!(plugin.calls("Allocate").len(), 1);
+}
+
+/// What a hostile client of kubelet.sock, or a hostile plugin, can do:
+/// registrations with upstream's refusals, bytes that are not HTTP/2, a
+/// plugin listing more devices than the agent keeps. The agent refuses
+/// each with a reason and goes on.
+#[test]
+fn hostile_registrations_and_plugins_are_refused() {
+    let registry = Registry::start();
+    let mut agent = Agent::start(&registry);
+    let work = TempDir::new("devices-hostile");
+    let kubelet_sock = agent.device_plugins().join("kubelet.sock");
+    wait(&agent, "kubelet.sock", T, || {
+        kubelet_sock.exists().then_some(())
+    });
+    // Not HTTP/2: the connection ends, the socket serves on.
+    {
+        use std::io::{Read, Write};
+        let mut junk = std::os::unix::net::UnixStream::connect(&kubelet_sock).unwrap();
+        let _ = junk.write_all(&[0x16; 64 << 10]);
+        junk.set_read_timeout(Some(T)).unwrap();
+        let mut rest = Vec::new();
+        let _ = junk.read_to_end(&mut rest);
+    }
+    let probe = Command::new("/usr/bin/python3")
+        .arg(common::repo().join("tests/fixtures/device_registration_probe.py"))
+        .arg(agent.device_plugins())
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "{probe:?}");
+    let answers: Vec<Value> = String::from_utf8_lossy(&probe.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let answer = |case: &str| -> (String, String) {
+        let a = answers
+            .iter()
+            .find(|a| a["case"] == case)
+            .unwrap_or(&Value::Null);
+        (
+            a["code"].as_str().unwrap_or("").to_owned(),
+            a["details"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    let refused = |case: &str, details: &str| {
+        assert_eq!(
+            answer(case),
+            ("UNKNOWN".to_owned(), details.to_owned()),
+            "{case}"
+        );
+    };
+    refused(
+        "version",
+        "requested API version \"v1alpha\" is not supported by kubelet. Supported version is [\"v1beta1\"]",
+    );
+    refused("name", "the ResourceName \"serial\" is invalid");
+    refused("native", "the ResourceName \"kubernetes.io/x\" is invalid");
+    refused("escape", "the endpoint \"../../x.sock\" is invalid");
+    refused("absolute", "the endpoint \"/run/x.sock\" is invalid");
+    let (code, details) = answer("absent");
+    assert!(
+        code == "UNKNOWN" && details.starts_with("failed to dial device plugin: "),
+        "{details}"
+    );
+    let (code, details) = answer("mute");
+    assert!(
+        code == "UNKNOWN" && details.starts_with("failed to get device plugin options: "),
+        "{details}"
+    );
+    assert_eq!(answer("method").0, "UNIMPLEMENTED");
+    assert_eq!(answer("garbage").0, "INVALID_ARGUMENT");
+
+    // A plugin listing 5,000 devices: its stream is dropped, and nothing of
+    // it is kept.
+    let d0 = LoopDevice::new(work.path(), "serial-0");
+    let plugin = Plugin::start(
+        &agent,
+        work.path(),
+        &[("serial-0", &d0)],
+        &["--flood", "5000"],
+    );
+    plugin.wait_registered(&agent, 1);
+    wait(&agent, "the flood refused", T, || {
+        agent
+            .log()
+            .contains("device plugin for example.com/serial went away (malformed gRPC response: more than 4096 devices in one message)")
+            .then_some(())
+    });
+    assert!(agent.is_running());
+    let image = registry.push("test/busybox:1", &[]);
+    agent.write_manifest(
+        "after.yaml",
+        &pod_yaml("after", GRACE, &prober(&image, &[])),
+    );
+    let refused = agent.wait_for("after refused", T, |a| {
+        let r = a.record("after")?;
+        (r["status"]["phase"] == "Failed").then_some(r)
+    });
+    assert!(
+        refused["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no healthy devices present")),
+        "{refused}"
+    );
+    drop(plugin);
 }
