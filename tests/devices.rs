@@ -444,6 +444,23 @@ fn the_nodes_allocatable_follows_device_health_and_the_plugin() {
 
     plugin.kill();
     wait_resources(("2", "0"));
+    // `nanolet check` says so, from what the agent recorded.
+    let checked = wait(&agent, "nanolet check to see the plugin gone", T, || {
+        let out = Command::new(env!("CARGO_BIN_EXE_nanolet"))
+            .arg("check")
+            .arg("--state-dir")
+            .arg(agent.state.as_os_str())
+            .arg("--device-plugins-dir")
+            .arg(agent.device_plugins())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("example.com/serial 0/2").then_some(text)
+    });
+    assert!(
+        checked.contains("device plugin of example.com/serial is not connected: its 2 devices are unhealthy"),
+        "{checked}"
+    );
     let (ok, described, _) = api.kubectl(&["describe", "node", "edge-dev"], None);
     assert!(ok, "{described}");
     let allocatable = described.split("Allocatable:").nth(1).unwrap_or("");

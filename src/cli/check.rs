@@ -204,10 +204,55 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
         )?,
         Err(e) => line(false, "pod network", e.to_string())?,
     }
+    let (devices, device_warnings) = device_report(config);
+    line(true, "devices", devices)?;
+    warnings.extend(device_warnings);
     for warning in warnings {
         writeln!(out, "{:<5} {:<12} {warning}", "warn", "advisory")?;
     }
     Ok(ok)
+}
+
+/// The device plugins' resources as the agent last recorded them, and a
+/// warning for each one with devices unhealthy or its plugin gone: pods
+/// asking for those are refused, but the node works.
+fn device_report(config: &Config) -> (String, Vec<String>) {
+    let layout = crate::state::Layout::new(&config.state_dir);
+    let socket = config.device_plugins_dir.join(crate::device::KUBELET_SOCKET);
+    let kept: Option<crate::device::manager::Checkpoint> =
+        match crate::state::read_json(&layout.devices()) {
+            Ok(kept) => kept,
+            Err(e) => return (format!("{e}"), Vec::new()),
+        };
+    let resources = kept.map(|k| k.resources).unwrap_or_default();
+    if resources.is_empty() {
+        return (
+            format!("no device plugin has registered on {}", socket.display()),
+            Vec::new(),
+        );
+    }
+    let mut warnings = Vec::new();
+    let listed: Vec<String> = resources
+        .iter()
+        .map(|(name, r)| {
+            let (healthy, unhealthy) = (r.healthy.len(), r.unhealthy.len());
+            if !r.connected {
+                warnings.push(format!(
+                    "device plugin of {name} is not connected: its {unhealthy} devices are unhealthy"
+                ));
+            } else if unhealthy > 0 {
+                warnings.push(format!("{name}: {unhealthy} devices unhealthy"));
+            }
+            format!("{name} {healthy}/{}", healthy + unhealthy)
+        })
+        .collect();
+    (
+        format!(
+            "healthy of all, as the agent last saw them: {}",
+            listed.join(", ")
+        ),
+        warnings,
+    )
 }
 
 /// Why pods would get no memory limits here, in words a Raspberry Pi user
