@@ -28,7 +28,7 @@ fi
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]} > 0)) || targets=(unpack kubelet_query spdy_headers spdy_session websocket registry x509 kube_protobuf)
+((${#targets[@]} > 0)) || targets=(unpack kubelet_query spdy_headers spdy_session websocket registry x509 kube_protobuf device_plugin)
 [[ $(id -u) == 0 ]] || { echo "fuzz.sh: run as root" >&2; exit 1; }
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

@@ -458,7 +458,9 @@ fn the_nodes_allocatable_follows_device_health_and_the_plugin() {
         text.contains("example.com/serial 0/2").then_some(text)
     });
     assert!(
-        checked.contains("device plugin of example.com/serial is not connected: its 2 devices are unhealthy"),
+        checked.contains(
+            "device plugin of example.com/serial is not connected: its 2 devices are unhealthy"
+        ),
         "{checked}"
     );
     let (ok, described, _) = api.kubectl(&["describe", "node", "edge-dev"], None);

@@ -218,7 +218,9 @@ pub fn run(config: &Config, out: &mut dyn Write) -> std::io::Result<bool> {
 /// asking for those are refused, but the node works.
 fn device_report(config: &Config) -> (String, Vec<String>) {
     let layout = crate::state::Layout::new(&config.state_dir);
-    let socket = config.device_plugins_dir.join(crate::device::KUBELET_SOCKET);
+    let socket = config
+        .device_plugins_dir
+        .join(crate::device::KUBELET_SOCKET);
     let kept: Option<crate::device::manager::Checkpoint> =
         match crate::state::read_json(&layout.devices()) {
             Ok(kept) => kept,

@@ -503,6 +503,24 @@ fn built(response: http::Result<Response<Body>>) -> Response<Body> {
     response.unwrap_or_else(|_| Response::new(Either::Left(Full::new(Bytes::new()))))
 }
 
+/// For the fuzz target: bytes as a plugin's response body, cut into
+/// frames of every size the bytes themselves pick, each message read as
+/// every device plugin message; any may fail, none may panic.
+pub mod fuzzing {
+    pub fn body(data: &[u8]) {
+        let step = usize::from(data.first().copied().unwrap_or(1)).max(1);
+        let mut deframer = super::Deframer::default();
+        for chunk in data.chunks(step) {
+            if deframer.push(chunk).is_err() {
+                return;
+            }
+            while let Ok(Some(message)) = deframer.next_message() {
+                crate::device::api::fuzzing::message(&message);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
