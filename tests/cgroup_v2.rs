@@ -354,3 +354,39 @@ fn check_fails_a_runc_too_old_for_cgroup_v2() {
         "{text}"
     );
 }
+
+/// A device plugin's device under cgroup v2, where the runtime enforces
+/// device rules with an eBPF program rather than the v1 devices files:
+/// the container opens its device and not the other, though it may make
+/// a node for it.
+#[test]
+#[ignore = "needs a pure cgroup v2 host: scripts/test-vm.sh runs it"]
+fn a_device_plugins_device_is_the_only_one_a_container_opens() {
+    use common::devices::{GRACE, LoopDevice, Plugin, prober};
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let agent = Agent::start(&registry);
+    let work = common::TempDir::new("devices-v2");
+    let (d0, d1) = (
+        LoopDevice::new(work.path(), "serial-0"),
+        LoopDevice::new(work.path(), "serial-1"),
+    );
+    // Only serial-0 is the plugin's: serial-1 stands for any other device.
+    let plugin = Plugin::start(&agent, work.path(), &[("serial-0", &d0)], &[]);
+    plugin.wait_registered(&agent, 1);
+    agent.write_manifest(
+        "serial.yaml",
+        &pod_yaml("serial", GRACE, &prober(&image, &[&d0, &d1])),
+    );
+    agent.wait_running("serial");
+    let logs = agent.wait_for("the probe's result", T, |a| {
+        let logs = a.logs("serial", Some("c"));
+        logs.contains("denied").then_some(logs)
+    });
+    assert!(logs.contains("have /dev/serial-0 serial-0"), "{logs}");
+    assert!(
+        logs.contains("open 0") && logs.contains("denied 1"),
+        "{logs}"
+    );
+    drop(plugin);
+}

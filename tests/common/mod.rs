@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod devices;
 
 use std::fs;
 use std::path::{Path, PathBuf};
