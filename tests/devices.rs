@@ -466,3 +466,30 @@ fn hostile_registrations_and_plugins_are_refused() {
     );
     drop(plugin);
 }
+
+/// As upstream: the device an init container held goes to the pod's next
+/// container, so a pod of an init container and a container, each asking
+/// for the one device there is, runs; PreStartContainer is called for each.
+#[test]
+fn an_init_containers_device_goes_to_the_next_container() {
+    let registry = Registry::start();
+    let image = registry.push("test/busybox:1", &[]);
+    let agent = Agent::start(&registry);
+    let work = TempDir::new("devices-init");
+    let d0 = LoopDevice::new(work.path(), "serial-0");
+    let plugin = Plugin::start(&agent, work.path(), &[("serial-0", &d0)], &["--pre-start"]);
+    plugin.wait_registered(&agent, 1);
+    let limits = format!("    resources:\n      limits: {{{RESOURCE}: 1}}\n");
+    let spec = format!(
+        "{GRACE}  initContainers:\n  - name: init\n    image: {image}\n    command: [sh, -c, 'head -c 8 /dev/serial-0']\n{limits}"
+    );
+    let containers = format!(
+        "  - name: c\n    image: {image}\n    command: [sh, -c, 'echo \"main $(head -c 8 /dev/serial-0)\"; sleep 3600']\n{limits}"
+    );
+    agent.write_manifest("init.yaml", &pod_yaml("init", &spec, &containers));
+    let logs = logs_when(&agent, "init", "main");
+    assert!(logs.contains("main serial-0"), "{logs}");
+    assert_eq!(agent.logs("init", Some("init")), "serial-0");
+    assert_eq!(plugin.calls("Allocate").len(), 2);
+    assert_eq!(plugin.calls("PreStartContainer").len(), 2);
+}
