@@ -170,3 +170,38 @@ mod tests {
         assert_eq!(pool.threads(), 0);
     }
 }
+
+/// What a `+` stands for: a space in a query, itself in a path.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Plus {
+    Space,
+    Plus,
+}
+
+/// `%XX` escapes decoded; bytes that are not UTF-8 replaced.
+pub(crate) fn percent_decode(s: &str, plus: Plus) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b'+', _) if plus == Plus::Space => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

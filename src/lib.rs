@@ -14,6 +14,7 @@ pub mod kube;
 pub mod monitor;
 pub(crate) mod mount;
 pub mod pod;
+pub(crate) mod protobuf_wire;
 pub mod quantity;
 pub(crate) mod rooted;
 pub mod rt;

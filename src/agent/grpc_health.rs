@@ -9,6 +9,7 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use http_body_util::{BodyExt, Full, Limited};
 
 use crate::http::io::HyperIo;
+use crate::protobuf_wire::{self, Value};
 
 const PATH: &str = "/grpc.health.v1.Health/Check";
 
@@ -91,63 +92,27 @@ where
 fn request_message(service: &str) -> Vec<u8> {
     let mut message = Vec::new();
     if !service.is_empty() {
-        message.push(0x0a);
-        put_varint(&mut message, service.len() as u64);
-        message.extend_from_slice(service.as_bytes());
+        protobuf_wire::put_bytes(&mut message, 1, service.as_bytes());
     }
-    let mut framed = vec![0u8];
-    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    framed.extend_from_slice(&message);
-    framed
-}
-
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8 & 0x7f) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
+    crate::device::grpc::frame(&message).to_vec()
 }
 
 /// The status (field 1) of the one HealthCheckResponse in a gRPC body; an
 /// absent field is its default, UNKNOWN.
 fn response_status(body: &[u8]) -> Option<u64> {
-    let (&compressed, rest) = body.split_first()?;
-    if compressed != 0 || rest.len() < 4 {
-        return None;
-    }
-    let len = usize::try_from(u32::from_be_bytes(rest[..4].try_into().ok()?)).ok()?;
-    let mut message = rest.get(4..4usize.checked_add(len)?)?;
+    let mut deframer = crate::device::grpc::Deframer::default();
+    deframer.push(body).ok()?;
+    let message = deframer.next_message().ok()??;
+    let mut fields = protobuf_wire::fields(&message);
     let mut status = 0;
-    while let Some((key, rest)) = varint(message) {
-        message = rest;
-        match key & 7 {
-            0 => {
-                let (value, rest) = varint(message)?;
-                message = rest;
-                if key >> 3 == 1 {
-                    status = value;
-                }
-            }
-            2 => {
-                let (len, rest) = varint(message)?;
-                message = rest.get(usize::try_from(len).ok()?..)?;
-            }
-            _ => return None,
+    while let Some((number, value)) = fields.next_field().ok()? {
+        match (number, value) {
+            (1, Value::Varint(v)) => status = v,
+            (1, _) => return None,
+            _ => {}
         }
     }
     Some(status)
-}
-
-fn varint(data: &[u8]) -> Option<(u64, &[u8])> {
-    let mut value = 0u64;
-    for (i, byte) in data.iter().enumerate().take(10) {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((value, &data[i + 1..]));
-        }
-    }
-    None
 }
 
 fn status_name(status: u64) -> &'static str {

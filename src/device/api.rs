@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::protobuf_wire::{self, Value, put_bytes, put_uint};
+
 /// The only version there is, in `RegisterRequest.version`.
 pub const VERSION: &str = "v1beta1";
 
@@ -106,86 +108,16 @@ pub struct DeviceSpec {
 
 // ---- reading ----
 
-/// One field of a message: its number and its value.
-enum Value<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
-    /// Fixed-width values: no field we read has one.
-    Fixed,
-}
-
-/// The fields of a message in order. A malformed field ends the walk with
-/// an error.
-struct Fields<'a> {
-    message: &'a [u8],
-    at: usize,
-}
-
-fn fields(message: &[u8]) -> Fields<'_> {
-    Fields { message, at: 0 }
-}
-
-impl<'a> Fields<'a> {
-    fn varint(&mut self) -> Result<u64, ApiError> {
-        let mut value = 0u64;
-        for i in 0..10 {
-            let Some(&byte) = self.message.get(self.at + i) else {
-                break;
-            };
-            value |= u64::from(byte & 0x7f) << (7 * i);
-            if byte & 0x80 == 0 {
-                self.at += i + 1;
-                return Ok(value);
-            }
-        }
-        Err(ApiError::Malformed(self.at))
-    }
-
-    fn take(&mut self, n: u64) -> Result<&'a [u8], ApiError> {
-        let end = usize::try_from(n)
-            .ok()
-            .and_then(|n| self.at.checked_add(n))
-            .filter(|&end| end <= self.message.len())
-            .ok_or(ApiError::Malformed(self.at))?;
-        let taken = &self.message[self.at..end];
-        self.at = end;
-        Ok(taken)
-    }
-
-    fn next_field(&mut self) -> Result<Option<(u32, Value<'a>)>, ApiError> {
-        if self.at >= self.message.len() {
-            return Ok(None);
-        }
-        let start = self.at;
-        let key = self.varint()?;
-        let number = u32::try_from(key >> 3).map_err(|_| ApiError::Malformed(start))?;
-        let value = match key & 7 {
-            0 => Value::Varint(self.varint()?),
-            1 => {
-                self.take(8)?;
-                Value::Fixed
-            }
-            2 => {
-                let len = self.varint()?;
-                Value::Bytes(self.take(len)?)
-            }
-            5 => {
-                self.take(4)?;
-                Value::Fixed
-            }
-            _ => return Err(ApiError::Malformed(start)),
-        };
-        Ok(Some((number, value)))
-    }
-}
-
 /// Calls `each` with every field of `message`.
 fn walk<'a>(
     message: &'a [u8],
     mut each: impl FnMut(u32, Value<'a>) -> Result<(), ApiError>,
 ) -> Result<(), ApiError> {
-    let mut fields = fields(message);
-    while let Some((number, value)) = fields.next_field()? {
+    let mut fields = protobuf_wire::fields(message);
+    while let Some((number, value)) = fields
+        .next_field()
+        .map_err(|protobuf_wire::Malformed(at)| ApiError::Malformed(at))?
+    {
         each(number, value)?;
     }
     Ok(())
@@ -400,20 +332,6 @@ pub fn decode_preferred_allocation(message: &[u8]) -> Result<Vec<String>, ApiErr
 
 // ---- writing ----
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8 & 0x7f) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-fn put_bytes(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
-    put_varint(out, (u64::from(number) << 3) | 2);
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
 fn put_strings(out: &mut Vec<u8>, number: u32, strings: &[String]) {
     for s in strings {
         put_bytes(out, number, s.as_bytes());
@@ -439,8 +357,7 @@ pub fn preferred_allocation_request(
     put_strings(&mut container, 1, available);
     put_strings(&mut container, 2, must_include);
     if size > 0 {
-        container.push(3 << 3);
-        put_varint(&mut container, size as u64);
+        put_uint(&mut container, 3, size as u64);
     }
     let mut out = Vec::new();
     put_bytes(&mut out, 1, &container);

@@ -17,6 +17,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 
+use crate::helpers::{Plus, percent_decode};
 use crate::http::io::HyperIo;
 
 /// gRPC's default cap on a message received, which upstream keeps.
@@ -158,31 +159,9 @@ fn status_in(headers: &HeaderMap) -> Option<Result<(), GrpcError>> {
     }
     let message = headers
         .get("grpc-message")
-        .map(|v| percent_decode(v.as_bytes()))
+        .map(|v| percent_decode(&String::from_utf8_lossy(v.as_bytes()), Plus::Plus))
         .unwrap_or_default();
     Some(Err(GrpcError::Status { code, message }))
-}
-
-fn percent_decode(bytes: &[u8]) -> String {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// gRPC's percent-encoding of grpc-message: printable ASCII but `%` as it
@@ -564,9 +543,9 @@ mod tests {
         let encoded = percent_encode(text);
         assert!(encoded.is_ascii() && !encoded.contains('\n'));
         assert!(encoded.contains("100%25"));
-        assert_eq!(percent_decode(encoded.as_bytes()), text);
+        assert_eq!(percent_decode(&encoded, Plus::Plus), text);
         // A stray % is kept as it is.
-        assert_eq!(percent_decode(b"50% off%"), "50% off%");
+        assert_eq!(percent_decode("50% off%", Plus::Plus), "50% off%");
         assert_eq!(
             GrpcError::Status {
                 code: 2,

@@ -7,6 +7,8 @@
 //! Every length is checked against the bytes there are; nothing recurses
 //! and nothing is allocated beyond the strings returned.
 
+use crate::protobuf_wire::{self, Value};
+
 /// The four bytes every protobuf-encoded Kubernetes object starts with.
 const MAGIC: &[u8] = b"k8s\0";
 
@@ -60,56 +62,24 @@ fn text(bytes: &[u8], what: &'static str) -> Result<String, ProtobufError> {
 /// last wins, as protobuf merges a repeated scalar), or `None`. Fields of
 /// other wire types are skipped; a field `number` that is not
 /// length-delimited is malformed for what we read.
-fn field(message: &[u8], number: u64) -> Result<Option<&[u8]>, ProtobufError> {
-    let mut at = 0;
+fn field(message: &[u8], number: u32) -> Result<Option<&[u8]>, ProtobufError> {
+    let mut fields = protobuf_wire::fields(message);
     let mut found = None;
-    while at < message.len() {
-        let key = varint(message, &mut at)?;
-        let malformed = ProtobufError::Malformed { offset: at };
-        match key & 7 {
-            0 => {
-                varint(message, &mut at)?;
+    loop {
+        let next = fields
+            .next_field()
+            .map_err(|protobuf_wire::Malformed(offset)| ProtobufError::Malformed { offset })?;
+        match next {
+            None => return Ok(found),
+            Some((n, Value::Bytes(bytes))) if n == number => found = Some(bytes),
+            Some((n, _)) if n == number => {
+                return Err(ProtobufError::Malformed {
+                    offset: message.len(),
+                });
             }
-            1 => at = skip(message, at, 8)?,
-            2 => {
-                let len = usize::try_from(varint(message, &mut at)?).map_err(|_| malformed)?;
-                let end = skip(message, at, len)?;
-                if key >> 3 == number {
-                    found = Some(&message[at..end]);
-                }
-                at = end;
-                continue;
-            }
-            5 => at = skip(message, at, 4)?,
-            _ => return Err(malformed),
-        }
-        if key >> 3 == number {
-            return Err(ProtobufError::Malformed { offset: at });
+            Some(_) => {}
         }
     }
-    Ok(found)
-}
-
-/// The offset `n` bytes on, if there are that many.
-fn skip(message: &[u8], at: usize, n: usize) -> Result<usize, ProtobufError> {
-    at.checked_add(n)
-        .filter(|&end| end <= message.len())
-        .ok_or(ProtobufError::Malformed { offset: at })
-}
-
-fn varint(message: &[u8], at: &mut usize) -> Result<u64, ProtobufError> {
-    let mut value = 0u64;
-    for i in 0..10 {
-        let Some(&byte) = message.get(*at + i) else {
-            break;
-        };
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            *at += i + 1;
-            return Ok(value);
-        }
-    }
-    Err(ProtobufError::Malformed { offset: *at })
 }
 
 /// For the fuzz target: either call may fail on any input, never panic.

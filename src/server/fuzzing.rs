@@ -9,7 +9,7 @@ pub fn kubelet_query(data: &[u8]) {
     let pairs = super::parse_query(&query);
     let _ = super::log_options("ns", "pod", "c", &pairs);
     let _ = super::port_forward::websocket_ports(&pairs);
-    let _ = super::percent_decode(&query, super::Plus::Plus);
+    let _ = crate::helpers::percent_decode(&query, crate::helpers::Plus::Plus);
 }
 
 /// A certificate, as a client shows it or the API server issues it.

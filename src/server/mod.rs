@@ -40,6 +40,7 @@ use smol::Async;
 use self::auth::{Attributes, Authority, PeerCertificate, Refusal, UserInfo};
 use crate::cli::CliError;
 use crate::cli::logs::LogsArgs;
+use crate::helpers::{Plus, percent_decode};
 
 /// What the kubelet API server needs of the agent: its configuration, the
 /// state dir's layout (pods' records and logs, images, the runtime's
@@ -302,40 +303,6 @@ fn parse_query(query: &str) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// What a `+` stands for: a space in a query, itself in a path.
-#[derive(Clone, Copy, PartialEq)]
-enum Plus {
-    Space,
-    Plus,
-}
-
-fn percent_decode(s: &str, plus: Plus) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b'+', _) if plus == Plus::Space => {
-                out.push(b' ');
-                i += 1;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Authentication, then authorization, of one request.

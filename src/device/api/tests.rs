@@ -137,7 +137,7 @@ fn refuses_hostile_messages() {
         container.extend_from_slice(&entry);
     }
     let mut response = vec![0x0a];
-    put_varint(&mut response, container.len() as u64);
+    crate::protobuf_wire::put_varint(&mut response, container.len() as u64);
     response.extend_from_slice(&container);
     assert!(matches!(
         decode_allocate_response(&response),
