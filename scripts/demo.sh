@@ -58,7 +58,7 @@ cleanup() {
     # it once more with no manifests: it adopts the pods and terminates
     # them (grace period, then SIGKILL), then removes all they used.
     rm -f "$work"/manifests/*
-    "$nanolet" run --config config/nanolet.yaml --state-dir "$state" \
+    "$nanolet" run --config config/nanolet.yaml --state-dir "$state" --device-plugins-dir "$work/device-plugins" \
       --static-pod-path "$work/manifests" --pod-logs-dir "$work/logs" \
       --cgroup-root "$cgroup_root" >>"$work/cleanup.log" 2>&1 &
     local cleaner=$!
@@ -111,7 +111,7 @@ if [[ -n $cluster ]]; then
   grep -q ready "$work/api/stdout" || { echo "demo.sh: the test API server did not start" >&2; exit 1; }
   "$apiserver" node-kubeconfig demo-node --dir "$work/api" >"$work/node.kubeconfig"
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  setsid "$nanolet" run --config config/nanolet.yaml --state-dir "$state" \
+  setsid "$nanolet" run --config config/nanolet.yaml --state-dir "$state" --device-plugins-dir "$work/device-plugins" \
     --static-pod-path "$work/manifests" --pod-logs-dir "$work/logs" \
     --cgroup-root "$cgroup_root" --insecure-registry "$registry" \
     --kubeconfig "$work/node.kubeconfig" --hostname-override demo-node \
@@ -165,7 +165,7 @@ cat <<EOF
 
 EOF
 
-"$nanolet" run --config config/nanolet.yaml --state-dir "$state" \
+"$nanolet" run --config config/nanolet.yaml --state-dir "$state" --device-plugins-dir "$work/device-plugins" \
   --static-pod-path "$work/manifests" --pod-logs-dir "$work/logs" \
   --cgroup-root "$cgroup_root" --insecure-registry "$registry" &
 agent_pid=$!

@@ -113,8 +113,14 @@ mod tests {
         put_bytes(&mut message, 1, b"serial-0");
         put_uint(&mut message, 3, 300);
         let mut read = fields(&message);
-        assert!(matches!(read.next_field(), Ok(Some((1, Value::Bytes(b"serial-0"))))));
-        assert!(matches!(read.next_field(), Ok(Some((3, Value::Varint(300))))));
+        assert!(matches!(
+            read.next_field(),
+            Ok(Some((1, Value::Bytes(b"serial-0"))))
+        ));
+        assert!(matches!(
+            read.next_field(),
+            Ok(Some((3, Value::Varint(300))))
+        ));
         assert!(matches!(read.next_field(), Ok(None)));
         // Cut anywhere inside a field, the message is malformed.
         for end in 1..message.len() {
@@ -126,8 +132,16 @@ mod tests {
             assert!(end == 10 || result.is_err(), "{end}");
         }
         // A length at the maximum; a varint that never ends.
-        let huge = [0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        let huge = [
+            0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+        ];
         assert!(fields(&huge).next_field().is_err());
-        assert!(fields(&[0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80]).next_field().is_err());
+        assert!(
+            fields(&[
+                0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80
+            ])
+            .next_field()
+            .is_err()
+        );
     }
 }

@@ -79,6 +79,30 @@ fn each_pod_gets_its_own_device_and_keeps_it_through_restarts() {
         held.push((pod, id, other));
     }
     assert_ne!(held[0].1, held[1].1, "one device given twice: {held:?}");
+    // The runtime was given the plugin's device node, its rule and its
+    // annotation.
+    let (pod, id, _) = held[0];
+    let record = agent.record(pod).unwrap();
+    let config = agent
+        .pod_dir(&record)
+        .join("containers")
+        .join(agent.container_id(pod, "c"))
+        .join("config.json");
+    let spec: Value = serde_json::from_str(&fs::read_to_string(&config).unwrap()).unwrap();
+    assert_eq!(
+        spec["annotations"]["example.com/serial-ids"],
+        format!("serial-{id}")
+    );
+    let node = &spec["linux"]["devices"][0];
+    assert_eq!(node["path"], format!("/dev/serial-{id}"), "{spec}");
+    assert_eq!(node["type"], "b");
+    let rules = spec["linux"]["resources"]["devices"].as_array().unwrap();
+    assert_eq!(
+        rules[0],
+        serde_json::json!({"allow": false, "access": "rwm"})
+    );
+    assert_eq!(rules[1]["access"], "rw");
+    assert_eq!(rules.len(), 2, "{rules:?}");
     let preferred = plugin.calls("GetPreferredAllocation");
     assert!(
         preferred
