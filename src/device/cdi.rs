@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde_yaml_ng::Value;
 
 /// The directories of CDI's default, lowest priority first.
 pub const DEFAULT_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
@@ -31,29 +31,21 @@ pub enum CdiError {
     Name(String),
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerEdits {
-    #[serde(default)]
     pub env: Vec<String>,
-    #[serde(default)]
     pub device_nodes: Vec<DeviceNode>,
-    #[serde(default)]
     pub mounts: Vec<Mount>,
-    #[serde(default)]
     pub hooks: Vec<Hook>,
-    #[serde(default)]
     pub additional_gids: Vec<u32>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceNode {
     /// In the container.
     pub path: String,
     /// On the host; `path` when absent.
     pub host_path: Option<String>,
-    #[serde(rename = "type")]
     pub kind: Option<String>,
     pub major: Option<i64>,
     pub minor: Option<i64>,
@@ -63,45 +55,33 @@ pub struct DeviceNode {
     pub gid: Option<u32>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Mount {
     pub host_path: String,
     pub container_path: String,
-    #[serde(default)]
     pub options: Vec<String>,
-    #[serde(rename = "type")]
     pub kind: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Hook {
     pub hook_name: String,
     pub path: String,
-    #[serde(default)]
     pub args: Vec<String>,
-    #[serde(default)]
     pub env: Vec<String>,
     pub timeout: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug)]
 struct Spec {
-    #[allow(dead_code)]
-    cdi_version: String,
     kind: String,
     devices: Vec<SpecDevice>,
-    #[serde(default)]
     container_edits: ContainerEdits,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug)]
 struct SpecDevice {
     name: String,
-    #[serde(default)]
     container_edits: ContainerEdits,
 }
 
@@ -239,8 +219,116 @@ fn read_spec(path: &Path) -> Result<Spec, String> {
     if text.len() as u64 > MAX_SPEC {
         return Err(format!("larger than {MAX_SPEC} bytes"));
     }
-    // YAML is a superset of JSON: one parser for both.
-    serde_yaml_ng::from_str(&text).map_err(|e| e.to_string())
+    // YAML is a superset of JSON: one parser for both. Read as a YAML
+    // value, which the configuration's reader has already compiled in,
+    // rather than by derived code of its own: 40 KB of the binary.
+    let value: Value = serde_yaml_ng::from_str(&text).map_err(|e| e.to_string())?;
+    spec_of(&value)
+}
+
+type Parsed<T> = Result<T, String>;
+
+fn spec_of(v: &Value) -> Parsed<Spec> {
+    required(v, "cdiVersion")?;
+    let devices = list(v, "devices", |d| {
+        Ok(SpecDevice {
+            name: required(d, "name")?,
+            container_edits: edits_of(d)?,
+        })
+    })?;
+    if devices.is_empty() {
+        return Err("devices: none".into());
+    }
+    Ok(Spec {
+        kind: required(v, "kind")?,
+        devices,
+        container_edits: edits_of(v)?,
+    })
+}
+
+fn edits_of(parent: &Value) -> Parsed<ContainerEdits> {
+    let Some(v) = field(parent, "containerEdits") else {
+        return Ok(ContainerEdits::default());
+    };
+    Ok(ContainerEdits {
+        env: texts(v, "env")?,
+        device_nodes: list(v, "deviceNodes", |d| {
+            Ok(DeviceNode {
+                path: required(d, "path")?,
+                host_path: text(d, "hostPath")?,
+                kind: text(d, "type")?,
+                major: number(d, "major")?,
+                minor: number(d, "minor")?,
+                file_mode: number(d, "fileMode")?,
+                permissions: text(d, "permissions")?,
+                uid: number(d, "uid")?,
+                gid: number(d, "gid")?,
+            })
+        })?,
+        mounts: list(v, "mounts", |m| {
+            Ok(Mount {
+                host_path: required(m, "hostPath")?,
+                container_path: required(m, "containerPath")?,
+                options: texts(m, "options")?,
+                kind: text(m, "type")?,
+            })
+        })?,
+        hooks: list(v, "hooks", |h| {
+            Ok(Hook {
+                hook_name: required(h, "hookName")?,
+                path: required(h, "path")?,
+                args: texts(h, "args")?,
+                env: texts(h, "env")?,
+                timeout: number(h, "timeout")?,
+            })
+        })?,
+        additional_gids: list(v, "additionalGids", |g| {
+            g.as_u64()
+                .and_then(|g| u32::try_from(g).ok())
+                .ok_or_else(|| "additionalGids: not a group ID".to_owned())
+        })?,
+    })
+}
+
+fn field<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    v.get(key).filter(|v| !v.is_null())
+}
+
+fn text(v: &Value, key: &str) -> Parsed<Option<String>> {
+    match field(v, key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(format!("{key}: not a string")),
+    }
+}
+
+fn required(v: &Value, key: &str) -> Parsed<String> {
+    text(v, key)?.ok_or_else(|| format!("{key}: missing"))
+}
+
+fn number<T: TryFrom<i64>>(v: &Value, key: &str) -> Parsed<Option<T>> {
+    field(v, key)
+        .map(|n| {
+            n.as_i64()
+                .and_then(|n| T::try_from(n).ok())
+                .ok_or_else(|| format!("{key}: not a number in range"))
+        })
+        .transpose()
+}
+
+fn list<T>(v: &Value, key: &str, each: impl Fn(&Value) -> Parsed<T>) -> Parsed<Vec<T>> {
+    match field(v, key) {
+        None => Ok(Vec::new()),
+        Some(Value::Sequence(items)) => items.iter().map(each).collect(),
+        Some(_) => Err(format!("{key}: not a list")),
+    }
+}
+
+fn texts(v: &Value, key: &str) -> Parsed<Vec<String>> {
+    list(v, key, |item| match item {
+        Value::String(s) => Ok(s.clone()),
+        _ => Err(format!("{key}: not a list of strings")),
+    })
 }
 
 /// `vendor/class`: a vendor of DNS-like labels, a class of letters, digits,
@@ -275,8 +363,10 @@ fn valid_device_name(name: &str) -> bool {
 /// For the fuzz target: a spec's text read, any error, no panic.
 pub mod fuzzing {
     pub fn spec(data: &[u8]) {
-        if let Ok(text) = std::str::from_utf8(data) {
-            let _ = serde_yaml_ng::from_str::<super::Spec>(text);
+        if let Ok(text) = std::str::from_utf8(data)
+            && let Ok(value) = serde_yaml_ng::from_str::<super::Value>(text)
+        {
+            let _ = super::spec_of(&value);
         }
     }
 }
@@ -371,6 +461,28 @@ mod tests {
             r#"{"cdiVersion": "0.6.0", "kind": "x.com/y", "devices": [{"name": "-a"}]}"#,
         );
         write(&dir.0, "junk.json", "{{{{");
+        // Fields of the wrong type, a number out of range, no devices.
+        for (i, edits) in [
+            r#"{"env": "A=1"}"#,
+            r#"{"deviceNodes": [{"path": "/dev/x", "major": "one"}]}"#,
+            r#"{"deviceNodes": [{"path": "/dev/x", "uid": -1}]}"#,
+            r#"{"additionalGids": [4294967296]}"#,
+            r#"{"mounts": [{"containerPath": "/x"}]}"#,
+            r#"{"hooks": [{"hookName": "poststop", "path": "/bin/true", "args": [1]}]}"#,
+        ]
+        .iter()
+        .enumerate()
+        {
+            let spec = format!(
+                r#"{{"cdiVersion": "0.6.0", "kind": "x.com/y", "devices": [{{"name": "d{i}", "containerEdits": {edits}}}]}}"#
+            );
+            write(&dir.0, &format!("typed-{i}.json"), &spec);
+        }
+        write(
+            &dir.0,
+            "empty.yaml",
+            "cdiVersion: 0.6.0\nkind: x.com/y\ndevices: []\n",
+        );
         write(&dir.0, "ok.txt", SERIAL);
         std::fs::create_dir_all(dir.0.join("sub.json")).unwrap();
         let registry = Registry::read(&[dir.0.to_owned()]);
