@@ -510,6 +510,9 @@ fn after_an_outage_the_nodes_come_back_spread_over_time() {
     // lease, status and pod list in one second: a third or more). Each
     // node renews its Lease at least five times in the minute: its first
     // try after trouble within 1.5 intervals (15 s), then every 10-10.4 s.
-    assert!(total >= 30, "{total} requests: the leases alone are 30 or more");
+    assert!(
+        total >= 30,
+        "{total} requests: the leases alone are 30 or more"
+    );
     assert!(busiest * 5 <= total, "{per_second:?}");
 }
