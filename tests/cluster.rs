@@ -2456,9 +2456,16 @@ impl OnTerminal {
     }
 
     fn wait_for(&self, agent: &Agent, what: &str) {
-        wait(agent, &format!("{what:?} on the terminal"), T, || {
-            self.text().contains(what).then_some(())
-        });
+        let deadline = Instant::now() + T * common::time_scale();
+        while !self.text().contains(what) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            self.text().contains(what),
+            "timed out waiting for {what:?} on the terminal, which shows:\n{}\n--- agent log ---\n{}",
+            self.text(),
+            agent.log()
+        );
     }
 
     fn type_in(&mut self, keys: &str) {
@@ -2576,6 +2583,30 @@ fn kubectl_run_and_attach_reach_a_containers_stdin_and_terminal() {
         });
         assert_eq!(exit_code, 5, "{transport}");
     }
+
+    // A client whose first keys come before the terminal's size: the
+    // keys wait for it, as a shell's first command sees the size the
+    // client has.
+    let name = "tty-python";
+    let manifest = pod_manifest(name, &image, "  restartPolicy: Never\n", "exec sh")
+        + "    stdin: true\n    tty: true\n";
+    api.kubectl_ok(&["apply", "-f", "-"], Some(&manifest));
+    wait(&agent, "the pod running", T, || {
+        running(&api, name).then_some(())
+    });
+    let output = std::process::Command::new("/usr/bin/python3")
+        .arg(common::repo().join("tests/fixtures/python_attach_keys_before_size.py"))
+        .arg(api.kubeconfig())
+        .args(["default", name, "stty size; exit 6\r", "77", "22"])
+        .output()
+        .expect("python3 runs");
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{shown}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(shown.contains("22 77"), "{shown}\n{}", agent.log());
 }
 
 /// A client certificate for `user`, signed by a CA of its own: the CA's

@@ -266,6 +266,7 @@ fn follow(
         source,
     };
     let mut buf = Vec::new();
+    let mut ended = false;
     loop {
         buf.clear();
         file.read_to_end(&mut buf).map_err(io_err)?;
@@ -302,8 +303,14 @@ fn follow(
             file.seek(SeekFrom::Start(0)).map_err(io_err)?;
             continue;
         }
-        if !container_running(layout, record, container, count, instance_only) {
+        if ended {
             return Ok(());
+        }
+        // The container's last lines may have come between the read above
+        // and its end: one more read after the end sees them.
+        if !container_running(layout, record, container, count, instance_only) {
+            ended = true;
+            continue;
         }
         // A flush between polls: a reader whose client is gone learns it
         // here even from a silent container.

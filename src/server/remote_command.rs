@@ -277,6 +277,19 @@ async fn attach_input(
     // Sizes for a container without a terminal are read and dropped.
     let terminal = input.terminal.then(|| input.fd.try_clone().ok()).flatten();
     if let Some(resize) = resize {
+        // kubectl sends the size and the first keys at once, on streams
+        // that may come in either order: keys the shell ran before the
+        // size would see the terminal at 0x0.
+        if let Some(terminal) = &terminal
+            && let Some((width, height)) = first_size(&resize).await
+            && let Err(e) = crate::runtime::attached_exec::set_size(
+                std::os::fd::AsRawFd::as_raw_fd(terminal),
+                width,
+                height,
+            )
+        {
+            log::debug!("attach: sizing the terminal: {e}");
+        }
         crate::rt::spawn(async move {
             while let Ok(data) = resize.recv().await {
                 let Some(terminal) = &terminal else { continue };

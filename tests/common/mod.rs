@@ -351,7 +351,7 @@ impl Agent {
                 });
             }
         }
-        let child = command
+        command
             .arg("run")
             .arg("--state-dir")
             .arg(&self.state)
@@ -368,11 +368,16 @@ impl Agent {
             // The host's CNI configuration is never the test's.
             .arg("--cni-conf-dir")
             .arg(self.dir.path().join("cni"))
-            // Nor are the host's device plugins.
-            .arg("--device-plugins-dir")
-            .arg(self.device_plugins())
             // Not upstream's 10248: agents run side by side here.
-            .args(["--healthz-port", "0"])
+            .args(["--healthz-port", "0"]);
+        // Nor are the host's device plugins; the previous release, which
+        // has none, refuses the flag.
+        if self.binary.is_none() {
+            command
+                .arg("--device-plugins-dir")
+                .arg(self.device_plugins());
+        }
+        let child = command
             .args(&self.extra_args)
             // rustls at debug fills a log with handshakes.
             .env("RUST_LOG", "debug,rustls=info")
