@@ -196,6 +196,27 @@ fn each_pod_gets_its_own_device_and_keeps_it_through_restarts() {
         four.contains(&format!("have /dev/serial-{freed} serial-{freed}")),
         "{four}"
     );
+
+    // Allocations lost under running pods (a checkpoint from before
+    // devices were recorded, or restored from a backup): the restarted
+    // agent leaves the running containers as they are, as upstream does,
+    // rather than failing them for want of a device record.
+    let one = agent.container_id("one", "c");
+    agent.kill9();
+    let checkpoint = agent.state.join("devices.json");
+    let mut kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&checkpoint).unwrap()).unwrap();
+    kept["allocations"] = serde_json::json!([]);
+    std::fs::write(&checkpoint, kept.to_string()).unwrap();
+    agent.spawn();
+    agent.wait_for("the running pod left as it is", T, |a| {
+        a.log()
+            .contains("runs without a record of its example.com/serial devices")
+            .then_some(())
+    });
+    plugin.wait_registered(&agent, 4);
+    assert_eq!(agent.container_id("one", "c"), one);
+    assert_eq!(agent.record("one").unwrap()["status"]["phase"], "Running");
     drop(plugin);
 }
 

@@ -196,12 +196,16 @@ pub struct Used {
 impl Used {
     pub fn add(&mut self, pod: &Pod) {
         let (cpu, memory) = requests(pod);
+        // Saturating: the amounts come from pods' specs.
         self.pods += 1;
-        self.cpu_milli += cpu;
-        self.memory += memory;
-        self.ephemeral_storage += ephemeral_request(pod);
+        self.cpu_milli = self.cpu_milli.saturating_add(cpu);
+        self.memory = self.memory.saturating_add(memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(ephemeral_request(pod));
         for (name, amount) in extended_requests(pod) {
-            *self.extended.entry(name).or_default() += amount;
+            let total = self.extended.entry(name).or_default();
+            *total = total.saturating_add(amount);
         }
         self.host_ports.extend(host_ports(&pod.manifest));
     }
@@ -301,14 +305,14 @@ pub fn admit(pod: &Pod, capacity: &Capacity, used: &mut Used) -> Result<(), Refu
     if used.pods + 1 > capacity.pods {
         return refuse("pods", 1, used.pods, capacity.pods);
     }
-    if cpu > 0 && used.cpu_milli + cpu > capacity.cpu_milli {
+    if cpu > 0 && used.cpu_milli.saturating_add(cpu) > capacity.cpu_milli {
         return refuse("cpu", cpu, used.cpu_milli, capacity.cpu_milli);
     }
-    if memory > 0 && used.memory + memory > capacity.memory {
+    if memory > 0 && used.memory.saturating_add(memory) > capacity.memory {
         return refuse("memory", memory, used.memory, capacity.memory);
     }
     let storage = ephemeral_request(pod);
-    if storage > 0 && used.ephemeral_storage + storage > capacity.ephemeral_storage {
+    if storage > 0 && used.ephemeral_storage.saturating_add(storage) > capacity.ephemeral_storage {
         return refuse(
             "ephemeral-storage",
             storage,
@@ -318,10 +322,13 @@ pub fn admit(pod: &Pod, capacity: &Capacity, used: &mut Used) -> Result<(), Refu
     }
     for (name, amount) in extended_requests(pod) {
         let taken = used.extended.get(&name).copied().unwrap_or(0);
+        if amount == 0 {
+            continue;
+        }
         if let Some(&healthy) = capacity.devices.get(&name) {
             let why = if healthy == 0 {
                 format!("no healthy devices present; cannot allocate unhealthy devices {name}")
-            } else if taken + amount > healthy {
+            } else if taken.saturating_add(amount) > healthy {
                 format!(
                     "requested number of devices unavailable for {name}. Requested: {amount}, Available: {}",
                     healthy.saturating_sub(taken)
@@ -338,7 +345,7 @@ pub fn admit(pod: &Pod, capacity: &Capacity, used: &mut Used) -> Result<(), Refu
             continue;
         };
         let taken = used.extended.get(&name).copied().unwrap_or(0);
-        if amount > 0 && taken + amount > available {
+        if taken.saturating_add(amount) > available {
             return refuse(&name, amount, taken, available);
         }
     }
@@ -527,6 +534,18 @@ mod tests {
             message,
             "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/gone, which is unexpected"
         );
+        // Asking for none of a resource with none healthy is no request.
+        assert!(admit(&asking("example.com/gone", 0), &capacity, &mut used).is_ok());
+        // Two containers' 2^63 each: a sum wrapping to 0 must not pass.
+        let huge = manifest(
+            "spec:\n  containers:\n  - {name: a, image: i, resources: {limits: {example.com/serial: 8Ei}}}\n  - {name: b, image: i, resources: {limits: {example.com/serial: 8Ei}}}\n",
+        );
+        assert_eq!(
+            huge.pod_total(|c| c.resources.extended["example.com/serial"]),
+            u64::MAX
+        );
+        let (reason, _) = admit(&huge, &capacity, &mut used).unwrap_err();
+        assert_eq!(reason, "UnexpectedAdmissionError");
     }
 
     #[test]

@@ -28,6 +28,14 @@ pub const MAX_DEVICES: usize = 4096;
 /// allocation may carry.
 pub const MAX_EDITS: usize = 1024;
 
+/// A device ID's length. Plugins name devices by a path, a serial or a
+/// UUID; each ID is kept in memory and in the checkpoint.
+pub const MAX_DEVICE_ID: usize = 256;
+
+/// One container's Allocate answer, which the checkpoint keeps for as long
+/// as the container lives.
+pub const MAX_ALLOCATE_ANSWER: usize = 256 * 1024;
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ApiError {
     #[error("malformed protobuf at byte {0}")]
@@ -40,6 +48,8 @@ pub enum ApiError {
     TooMany { what: &'static str, limit: usize },
     #[error("the answer has no container response")]
     NoContainer,
+    #[error("{what} longer than {limit} bytes")]
+    TooLong { what: &'static str, limit: usize },
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +217,12 @@ pub fn decode_list_and_watch(message: &[u8]) -> Result<Vec<Device>, ApiError> {
                 }
                 Ok(())
             })?;
+            if device.id.len() > MAX_DEVICE_ID {
+                return Err(ApiError::TooLong {
+                    what: "a device ID",
+                    limit: MAX_DEVICE_ID,
+                });
+            }
             push_capped(&mut devices, device, "devices", MAX_DEVICES)?;
         }
         Ok(())
@@ -301,6 +317,12 @@ fn decode_container_response(message: &[u8]) -> Result<ContainerAllocateResponse
 /// The first container's response of an `AllocateResponse`: nanolet asks
 /// for one container at a time, as upstream.
 pub fn decode_allocate_response(message: &[u8]) -> Result<ContainerAllocateResponse, ApiError> {
+    if message.len() > MAX_ALLOCATE_ANSWER {
+        return Err(ApiError::TooLong {
+            what: "the answer",
+            limit: MAX_ALLOCATE_ANSWER,
+        });
+    }
     let mut first = None;
     walk(message, |number, value| {
         if number == 1 && first.is_none() {

@@ -22,6 +22,9 @@ pub const DEFAULT_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
 const MAX_SPEC: u64 = 1 << 20;
 /// Spec files read from one directory.
 const MAX_FILES: usize = 256;
+/// All spec files read for one container, together: they are read at each
+/// start of a container that names CDI devices.
+const MAX_TOTAL: u64 = 4 << 20;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CdiError {
@@ -108,9 +111,10 @@ impl Registry {
             devices: BTreeMap::new(),
             spec_edits: Vec::new(),
         };
+        let mut budget = MAX_TOTAL;
         for (priority, dir) in dirs.iter().enumerate() {
             for path in spec_files(dir) {
-                match read_spec(&path) {
+                match read_spec(&path, &mut budget) {
                     Ok(spec) => registry.add(priority, spec),
                     Err(e) => log::warn!("CDI spec {}: {e}", path.display()),
                 }
@@ -209,15 +213,36 @@ fn spec_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-fn read_spec(path: &Path) -> Result<Spec, String> {
+/// Reads a spec, taking its size from `budget`.
+fn read_spec(path: &Path, budget: &mut u64) -> Result<Spec, String> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Listed as a regular file, it may be a FIFO by now, whose open or
+    // read would never return: not followed, not waited for, checked
+    // again once open.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err("not a regular file".into());
+    }
+    let limit = MAX_SPEC.min(*budget);
     let mut text = String::new();
-    file.take(MAX_SPEC + 1)
+    file.take(limit + 1)
         .read_to_string(&mut text)
         .map_err(|e| e.to_string())?;
-    if text.len() as u64 > MAX_SPEC {
-        return Err(format!("larger than {MAX_SPEC} bytes"));
+    let read = text.len() as u64;
+    *budget = budget.saturating_sub(read);
+    if read > limit {
+        return Err(if limit < MAX_SPEC {
+            format!(
+                "CDI specs larger than {MAX_TOTAL} bytes together; this one and those after it are not read"
+            )
+        } else {
+            format!("larger than {MAX_SPEC} bytes")
+        });
     }
     // YAML is a superset of JSON: one parser for both. Read as a YAML
     // value, which the configuration's reader has already compiled in,
@@ -487,5 +512,32 @@ mod tests {
         std::fs::create_dir_all(dir.0.join("sub.json")).unwrap();
         let registry = Registry::read(&[dir.0.to_owned()]);
         assert!(registry.devices.is_empty());
+    }
+
+    #[test]
+    fn a_spec_swapped_for_a_fifo_or_a_link_is_not_waited_on() {
+        let dir = state::TestDir::new("cdi-fifo");
+        let fifo = dir.0.join("fifo.json");
+        let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // Safety: a plain mkfifo of a path we own.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        let link = dir.0.join("link.json");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        // As if listed as regular files before the swap: read directly.
+        for swapped in [&fifo, &link] {
+            let mut budget = MAX_TOTAL;
+            assert!(read_spec(swapped, &mut budget).is_err(), "{swapped:?}");
+        }
+    }
+
+    #[test]
+    fn specs_together_have_a_budget() {
+        let dir = state::TestDir::new("cdi-budget");
+        write(&dir.0, "a.json", SERIAL);
+        let mut budget = SERIAL.len() as u64;
+        assert!(read_spec(&dir.0.join("a.json"), &mut budget).is_ok());
+        assert_eq!(budget, 0);
+        let error = read_spec(&dir.0.join("a.json"), &mut budget).unwrap_err();
+        assert!(error.contains("together"), "{error}");
     }
 }

@@ -108,9 +108,7 @@ impl Deframer {
         if let Some(len) = self.announced()
             && len > MAX_MESSAGE
         {
-            return Err(GrpcError::Malformed(format!(
-                "a message of {len} bytes, over the limit of {MAX_MESSAGE}"
-            )));
+            return Err(too_large(len));
         }
         if self.buffer.first().is_some_and(|&flag| flag != 0) {
             return Err(GrpcError::Malformed(
@@ -130,6 +128,11 @@ impl Deframer {
         let Some(len) = self.announced() else {
             return Ok(None);
         };
+        // Refused by push already; checked again so that `5 + len` stays
+        // within a 32-bit board's usize whatever the caller did.
+        if len > MAX_MESSAGE {
+            return Err(too_large(len));
+        }
         if self.buffer.len() < 5 + len {
             return Ok(None);
         }
@@ -143,6 +146,12 @@ impl Deframer {
     pub fn is_empty(&self) -> bool {
         self.buffer.is_empty()
     }
+}
+
+fn too_large(len: usize) -> GrpcError {
+    GrpcError::Malformed(format!(
+        "a message of {len} bytes, over the limit of {MAX_MESSAGE}"
+    ))
 }
 
 /// The status a response (its trailers, or its headers when it has no

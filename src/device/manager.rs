@@ -5,8 +5,8 @@
 //! power cut the same containers get the same devices and no device is
 //! given twice.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
@@ -32,6 +32,11 @@ const PRE_START_TIMEOUT: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 const SERVICE: &str = "/v1beta1.DevicePlugin";
+
+/// Resources plugins may register, and resources gone that are still
+/// reported as 0. Upstream has no cap; each costs a watch, a node status
+/// entry and a checkpoint entry.
+const MAX_RESOURCES: usize = 64;
 
 /// One container's devices of one resource, and what the plugin said the
 /// container needs for them.
@@ -70,7 +75,6 @@ pub struct ResourceDevices {
 
 struct Plugin {
     channel: Channel,
-    options: DevicePluginOptions,
     generation: u64,
     watch: smol::Task<()>,
 }
@@ -78,6 +82,11 @@ struct Plugin {
 struct Resource {
     devices: ResourceDevices,
     plugin: Option<Plugin>,
+    /// Its plugin's options, kept after the plugin went away: a container
+    /// whose plugin wants PreStartContainer does not start without it.
+    /// Unknown after an agent restart until the plugin registers, as
+    /// upstream.
+    options: Option<DevicePluginOptions>,
     /// When its plugin went away (or the agent started without it).
     stopped_at: Option<Instant>,
 }
@@ -130,6 +139,14 @@ pub struct DeviceManager {
     state: RefCell<State>,
     /// Checkpoint writes, one at a time, each of the state at its turn.
     writing: smol::lock::Mutex<()>,
+    /// Changes to the state so far, and how many of them the checkpoint
+    /// holds: a write covers all changes made before it, so a plugin
+    /// changing its list on every message costs one write at a time, not
+    /// one queued per message.
+    changes: Cell<u64>,
+    saved: Cell<u64>,
+    /// A background write is waiting for its turn.
+    queued: Cell<bool>,
     me: Weak<DeviceManager>,
 }
 
@@ -153,6 +170,7 @@ impl DeviceManager {
                 let resource = Resource {
                     devices: ResourceDevices::default(),
                     plugin: None,
+                    options: None,
                     stopped_at: Some(now),
                 };
                 (name, resource)
@@ -168,6 +186,9 @@ impl DeviceManager {
             checkpoint,
             state: RefCell::new(state),
             writing: smol::lock::Mutex::new(()),
+            changes: Cell::new(0),
+            saved: Cell::new(0),
+            queued: Cell::new(false),
             me: me.clone(),
         })
     }
@@ -192,6 +213,10 @@ impl DeviceManager {
             log::info!("device plugin resource {name}: gone for {STOP_GRACE:?}; removed");
             state.resources.remove(name);
             state.removed.insert(name.clone());
+        }
+        // Reported as 0 until then: the Node object has it at 0 by now.
+        while state.removed.len() > MAX_RESOURCES {
+            state.removed.pop_first();
         }
         let mut capacity: BTreeMap<String, (u64, u64)> =
             state.removed.iter().map(|n| (n.clone(), (0, 0))).collect();
@@ -250,6 +275,12 @@ impl DeviceManager {
             .and_then(|m| api::decode_options(&m).map_err(|e| e.to_string()))
             .map_err(|e| format!("failed to get device plugin options: {e}"))?;
         let mut state = self.state.borrow_mut();
+        let known = state.resources.contains_key(&name);
+        if !known && state.resources.len() >= MAX_RESOURCES {
+            return Err(format!(
+                "the node has device plugins for {MAX_RESOURCES} resources already"
+            ));
+        }
         state.generation += 1;
         let generation = state.generation;
         let watch = crate::rt::spawn(watch(
@@ -261,15 +292,16 @@ impl DeviceManager {
         let resource = state.resources.entry(name.clone()).or_insert(Resource {
             devices: ResourceDevices::default(),
             plugin: None,
+            options: None,
             stopped_at: None,
         });
         // The plugin before, if any: its stream is cancelled with its task.
         resource.plugin = Some(Plugin {
             channel,
-            options,
             generation,
             watch,
         });
+        resource.options = Some(options);
         resource.stopped_at = None;
         resource.devices.connected = true;
         state.removed.remove(&name);
@@ -286,12 +318,7 @@ impl DeviceManager {
         let Some(resource) = current(&mut state, name, generation) else {
             return;
         };
-        let (healthy, unhealthy): (Vec<_>, Vec<_>) = devices.into_iter().partition(|d| d.healthy());
-        let listed = ResourceDevices {
-            healthy: healthy.into_iter().map(|d| d.id).collect(),
-            unhealthy: unhealthy.into_iter().map(|d| d.id).collect(),
-            connected: true,
-        };
+        let listed = by_health(devices);
         if resource.devices == listed {
             return;
         }
@@ -331,7 +358,9 @@ impl DeviceManager {
     /// a container holds already are kept (a restart, an adopted pod);
     /// those of the pod's init containers are given to its later
     /// containers first; the plugin's preference is asked where it has one.
-    pub async fn allocate(&self, pod: &Pod) -> Result<(), String> {
+    /// A container running already (adopted) that holds none is left
+    /// without, as upstream after a restart: failing would kill it.
+    pub async fn allocate(&self, pod: &Pod, running: &dyn Fn(&str) -> bool) -> Result<(), String> {
         let mut reusable: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut changed = false;
         let containers = pod.init_containers.iter().chain(&pod.containers);
@@ -348,6 +377,14 @@ impl DeviceManager {
                     .map(|a| a.device_ids.clone());
                 let ids = match held {
                     Some(ids) => ids,
+                    None if running(&container.name) => {
+                        log::warn!(
+                            "pod {}: container {} runs without a record of its {resource} devices; left as it is",
+                            pod.full_name(),
+                            container.name
+                        );
+                        continue;
+                    }
                     None => {
                         changed = true;
                         self.allocate_one(pod, &container.name, resource, need, pool)
@@ -361,12 +398,16 @@ impl DeviceManager {
                         }
                     }
                 } else {
-                    pool.retain(|id| !ids.contains(id));
+                    let given: HashSet<&String> = ids.iter().collect();
+                    pool.retain(|id| !given.contains(id));
                 }
             }
         }
         if changed {
-            self.save().await;
+            // Not kept, a restart could give these devices to another pod.
+            self.save()
+                .await
+                .map_err(|e| format!("the device checkpoint was not written: {e}"))?;
         }
         Ok(())
     }
@@ -382,7 +423,9 @@ impl DeviceManager {
         let need = usize::try_from(need).unwrap_or(usize::MAX);
         let (plugin, free) = {
             let state = self.state.borrow();
-            let r = &state.resources[resource];
+            let Some(r) = state.resources.get(resource) else {
+                return Err(format!("cannot allocate unregistered device {resource}"));
+            };
             if r.devices.healthy.is_empty() {
                 return Err(format!(
                     "no healthy devices present; cannot allocate unhealthy devices {resource}"
@@ -400,7 +443,11 @@ impl DeviceManager {
                 .cloned()
                 .collect();
             (
-                (plugin.channel.clone(), plugin.options, plugin.generation),
+                (
+                    plugin.channel.clone(),
+                    r.options.unwrap_or_default(),
+                    plugin.generation,
+                ),
                 free,
             )
         };
@@ -556,18 +603,27 @@ impl DeviceManager {
     pub async fn pre_start(&self, pod_uid: &str, container: &str) -> Result<(), String> {
         let calls: Vec<(Channel, Vec<String>)> = {
             let state = self.state.borrow();
-            state
+            let mut calls = Vec::new();
+            let held = state
                 .allocations
                 .iter()
-                .filter(|a| a.pod_uid == pod_uid && a.container == container)
-                .filter_map(|a| {
-                    let plugin = state.resources.get(&a.resource)?.plugin.as_ref()?;
-                    plugin
-                        .options
-                        .pre_start_required
-                        .then(|| (plugin.channel.clone(), a.device_ids.clone()))
-                })
-                .collect()
+                .filter(|a| a.pod_uid == pod_uid && a.container == container);
+            for a in held {
+                let Some(resource) = state.resources.get(&a.resource) else {
+                    continue;
+                };
+                if !resource.options.is_some_and(|o| o.pre_start_required) {
+                    continue;
+                }
+                let Some(plugin) = &resource.plugin else {
+                    return Err(format!(
+                        "device plugin PreStartContainer rpc failed with err: the plugin for {} is not connected",
+                        a.resource
+                    ));
+                };
+                calls.push((plugin.channel.clone(), a.device_ids.clone()));
+            }
+            calls
         };
         for (channel, ids) in calls {
             channel
@@ -614,24 +670,69 @@ impl DeviceManager {
             .any(|name| state.resources.contains_key(name))
     }
 
-    async fn save(&self) {
-        let _turn = self.writing.lock().await;
-        let checkpoint = self.state.borrow().checkpoint();
-        let path = self.checkpoint.clone();
-        let written = crate::helpers::unblock(move || {
-            state::write_json(&path, &checkpoint, 0o600, state::Durability::PowerLoss)
-        })
-        .await;
-        if let Err(e) = written {
-            log::error!("device checkpoint: {e}");
+    /// Writes the checkpoint with every change made so far.
+    async fn save(&self) -> Result<(), state::StateError> {
+        self.changes.set(self.changes.get() + 1);
+        self.write(false).await
+    }
+
+    /// Writes the checkpoint soon, with this change and any made until then.
+    fn save_later(&self) {
+        self.changes.set(self.changes.get() + 1);
+        if self.queued.replace(true) {
+            return;
+        }
+        if let Some(me) = self.me.upgrade() {
+            crate::rt::spawn(async move {
+                if let Err(e) = me.write(true).await {
+                    log::error!("device checkpoint: {e}");
+                }
+            })
+            .detach();
         }
     }
 
-    fn save_later(&self) {
-        if let Some(me) = self.me.upgrade() {
-            crate::rt::spawn(async move { me.save().await }).detach();
+    async fn write(&self, queued: bool) -> Result<(), state::StateError> {
+        let _turn = self.writing.lock().await;
+        if queued {
+            // From here, a change needs a write after this one.
+            self.queued.set(false);
+        }
+        let covered = self.changes.get();
+        if self.saved.get() >= covered {
+            return Ok(());
+        }
+        let checkpoint = self.state.borrow().checkpoint();
+        let path = self.checkpoint.clone();
+        crate::helpers::unblock(move || {
+            state::write_json(&path, &checkpoint, 0o600, state::Durability::PowerLoss)
+        })
+        .await?;
+        self.saved.set(covered);
+        Ok(())
+    }
+}
+
+/// A ListAndWatch list, connected. An ID listed twice counts once, as its
+/// last entry says (upstream keeps a map).
+fn by_health(devices: Vec<api::Device>) -> ResourceDevices {
+    let mut health = BTreeMap::new();
+    for device in devices {
+        let healthy = device.healthy();
+        health.insert(device.id, healthy);
+    }
+    let mut listed = ResourceDevices {
+        connected: true,
+        ..ResourceDevices::default()
+    };
+    for (id, healthy) in health {
+        if healthy {
+            listed.healthy.insert(id);
+        } else {
+            listed.unhealthy.insert(id);
         }
     }
+    listed
 }
 
 /// The resource's entry, if `generation` is still its plugin's.
@@ -674,16 +775,18 @@ fn choose(wanted: usize, free: &[&String], preferred: &[String]) -> Option<Vec<S
     if free.len() < wanted {
         return None;
     }
+    let free_set: HashSet<&String> = free.iter().copied().collect();
     let mut chosen: Vec<String> = Vec::with_capacity(wanted);
+    let mut seen = HashSet::new();
     let candidates = preferred
         .iter()
-        .filter(|p| free.contains(p))
+        .filter(|p| free_set.contains(p))
         .chain(free.iter().copied());
     for id in candidates {
         if chosen.len() == wanted {
             break;
         }
-        if !chosen.contains(id) {
+        if seen.insert(id) {
             chosen.push(id.clone());
         }
     }
@@ -802,6 +905,22 @@ mod tests {
         for bad in ["", "/etc/passwd", "../kubelet.sock", "a/../../b", "."] {
             assert_eq!(socket_path(dir, bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn an_id_listed_twice_counts_once_as_its_last_entry_says() {
+        let device = |id: &str, health: &str| api::Device {
+            id: id.into(),
+            health: health.into(),
+        };
+        let listed = by_health(vec![
+            device("a", api::HEALTHY),
+            device("a", "Unhealthy"),
+            device("b", "Unhealthy"),
+            device("b", api::HEALTHY),
+        ]);
+        assert_eq!(listed.healthy, BTreeSet::from(["b".to_owned()]));
+        assert_eq!(listed.unhealthy, BTreeSet::from(["a".to_owned()]));
     }
 
     #[test]

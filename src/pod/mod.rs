@@ -469,12 +469,18 @@ impl Pod {
         let mut peak = 0;
         for c in &self.init_containers {
             if c.role == ContainerRole::Sidecar {
-                sidecars += amount(c);
+                sidecars = u64::saturating_add(sidecars, amount(c));
             } else {
-                peak = peak.max(sidecars + amount(c));
+                peak = peak.max(u64::saturating_add(sidecars, amount(c)));
             }
         }
-        let steady = sidecars + self.containers.iter().map(&amount).sum::<u64>();
+        // Saturating: quantities come from the pod's spec, and a wrapped
+        // sum would pass admission.
+        let steady = self
+            .containers
+            .iter()
+            .map(&amount)
+            .fold(sidecars, u64::saturating_add);
         peak.max(steady)
     }
 

@@ -9,7 +9,17 @@ impl Worker {
         if !self.stage.may_end() || self.ran_to_its_end() || !devices.wanted_by(&self.pod) {
             return;
         }
-        if let Err(e) = devices.allocate(&self.pod).await {
+        let running: std::collections::BTreeSet<String> = self
+            .containers
+            .iter()
+            .map(|c| &c.record.view)
+            .filter(|v| v.running_since.is_some() && v.terminated.is_none())
+            .map(|v| v.name.clone())
+            .collect();
+        let allocated = devices
+            .allocate(&self.pod, &|name| running.contains(name))
+            .await;
+        if let Err(e) = allocated {
             let message =
                 format!("Pod was rejected: Allocate failed due to {e}, which is unexpected");
             let reason = "UnexpectedAdmissionError";

@@ -126,6 +126,35 @@ fn refuses_hostile_messages() {
         decode_list_and_watch(&many[2..]).map(|d| d.len()),
         Ok(MAX_DEVICES)
     );
+    // An ID at its longest, and one byte past it.
+    let with_id = |len: usize| {
+        let mut device = vec![0x0a];
+        crate::protobuf_wire::put_varint(&mut device, len as u64);
+        device.extend(std::iter::repeat_n(b'x', len));
+        let mut message = vec![0x0a];
+        crate::protobuf_wire::put_varint(&mut message, device.len() as u64);
+        message.extend_from_slice(&device);
+        message
+    };
+    assert_eq!(
+        decode_list_and_watch(&with_id(MAX_DEVICE_ID)).map(|d| d[0].id.len()),
+        Ok(MAX_DEVICE_ID)
+    );
+    assert!(matches!(
+        decode_list_and_watch(&with_id(MAX_DEVICE_ID + 1)),
+        Err(ApiError::TooLong { .. })
+    ));
+    // An answer larger than the checkpoint keeps, though each field is
+    // within its caps: one container response, an unknown field padding it.
+    let mut padded = whole.clone();
+    padded.push(0x7a);
+    crate::protobuf_wire::put_varint(&mut padded, MAX_ALLOCATE_ANSWER as u64);
+    padded.extend(std::iter::repeat_n(0u8, MAX_ALLOCATE_ANSWER));
+    assert!(matches!(
+        decode_allocate_response(&padded),
+        Err(ApiError::TooLong { .. })
+    ));
+    assert!(decode_allocate_response(&padded[..whole.len()]).is_ok());
     // More environment entries than an allocation may carry.
     let mut container = Vec::new();
     for i in 0..=MAX_EDITS {

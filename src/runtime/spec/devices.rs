@@ -196,6 +196,10 @@ impl DeviceEdits {
             path: node.host_path.display().to_string(),
             reason,
         };
+        // Relative, it would be looked up from the agent's own directory.
+        if !node.host_path.is_absolute() {
+            return Err(fail("not an absolute path".into()));
+        }
         let described = node.kind.is_some() && node.major.is_some() && node.minor.is_some();
         let host = if described {
             std::fs::metadata(node.host_path).ok()
@@ -329,6 +333,13 @@ mod tests {
         assert!(matches!(missing, Err(DeviceEditError::Node { .. })));
         let relative = DeviceEdits::resolve(&plugin_device("/dev/null", "dev/x", ""), &[]);
         assert!(matches!(relative, Err(DeviceEditError::Relative { .. })));
+        // From the agent's working directory, `/` under systemd, would be
+        // found: refused for being relative instead.
+        let relative_host = DeviceEdits::resolve(&plugin_device("dev/null", "/dev/x", ""), &[]);
+        assert!(
+            matches!(&relative_host, Err(DeviceEditError::Node { reason, .. }) if reason.contains("absolute")),
+            "{relative_host:?}"
+        );
         let odd = DeviceEdits::resolve(&plugin_device("/dev/null", "/dev/x", "rwx"), &[]);
         assert_eq!(odd, Err(DeviceEditError::Permissions("rwx".into())));
         let mount = ContainerAllocateResponse {
