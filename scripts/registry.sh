@@ -26,6 +26,8 @@ usage() {
 # Fixed names so tests can assert on the challenge and the token claims.
 TOKEN_SERVICE=nanolet-test-registry
 TOKEN_ISSUER=nanolet-test-issuer
+# How long a started registry may take to answer.
+READY_WAIT=30
 TOKEN_SERVER="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)/token-server.py"
 # USER:PASSWORD when started with --token-auth, empty for an open registry.
 token_auth=""
@@ -309,7 +311,10 @@ start() {
     echo "$pid" >"$dir/pid"
     echo "$port" >"$dir/port"
 
-    for ((i = 0; i < 100; i++)); do
+    # By the clock, not a count of tries: on two cores busy with the
+    # suite's release builds, a start took more than 10 s.
+    local deadline=$((SECONDS + READY_WAIT))
+    while ((SECONDS < deadline)); do
       if registry_ready "$port"; then
         echo "127.0.0.1:$port"
         return 0
@@ -321,12 +326,13 @@ start() {
     done
 
     if is_our_registry "$pid" "$cfg"; then
-      # Alive but never answered within 10 s: not a port race, so retrying
-      # would only hide the problem.
+      # Alive but never answered: not a port race, so retrying would only
+      # hide the problem. Its log is shown: the caller may remove the dir.
       kill "$pid" 2>/dev/null || true
       wait_exit is_our_registry "$pid" "$cfg" || kill -9 "$pid" 2>/dev/null || true
       rm -f "$dir/pid" "$dir/port"
-      fail "$dir" "registry on 127.0.0.1:$port did not answer within 10s; see $dir/registry.log"
+      tail -c "+$logoff" "$dir/registry.log" | tail -n 20 >&2 || true
+      fail "$dir" "registry on 127.0.0.1:$port did not answer within ${READY_WAIT}s; see $dir/registry.log"
     fi
     wait "$pid" 2>/dev/null || true
     rm -f "$dir/pid" "$dir/port"
