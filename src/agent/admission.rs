@@ -321,10 +321,10 @@ pub fn admit(pod: &Pod, capacity: &Capacity, used: &mut Used) -> Result<(), Refu
         );
     }
     for (name, amount) in extended_requests(pod) {
-        let taken = used.extended.get(&name).copied().unwrap_or(0);
         if amount == 0 {
             continue;
         }
+        let taken = used.extended.get(&name).copied().unwrap_or(0);
         if let Some(&healthy) = capacity.devices.get(&name) {
             let why = if healthy == 0 {
                 format!("no healthy devices present; cannot allocate unhealthy devices {name}")
@@ -344,7 +344,6 @@ pub fn admit(pod: &Pod, capacity: &Capacity, used: &mut Used) -> Result<(), Refu
         let Some(&available) = capacity.extended.get(&name) else {
             continue;
         };
-        let taken = used.extended.get(&name).copied().unwrap_or(0);
         if taken.saturating_add(amount) > available {
             return refuse(&name, amount, taken, available);
         }

@@ -147,6 +147,9 @@ pub struct DeviceManager {
     saved: Cell<u64>,
     /// A background write is waiting for its turn.
     queued: Cell<bool>,
+    /// Checkpoint files written, for the test that bursts coalesce.
+    #[cfg(test)]
+    writes: Cell<u64>,
     me: Weak<DeviceManager>,
 }
 
@@ -189,6 +192,8 @@ impl DeviceManager {
             changes: Cell::new(0),
             saved: Cell::new(0),
             queued: Cell::new(false),
+            #[cfg(test)]
+            writes: Cell::new(0),
             me: me.clone(),
         })
     }
@@ -709,6 +714,8 @@ impl DeviceManager {
         })
         .await?;
         self.saved.set(covered);
+        #[cfg(test)]
+        self.writes.set(self.writes.get() + 1);
         Ok(())
     }
 }
@@ -905,6 +912,45 @@ mod tests {
         for bad in ["", "/etc/passwd", "../kubelet.sock", "a/../../b", "."] {
             assert_eq!(socket_path(dir, bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_burst_of_changes_costs_a_write_at_a_time_not_one_each() {
+        let dir = state::TestDir::new("device-checkpoint");
+        let checkpoint = dir.0.join("devices.json");
+        let allocations = (0..200)
+            .map(|i| Allocation {
+                pod_uid: format!("pod-{i}"),
+                container: "c".into(),
+                resource: "example.com/serial".into(),
+                device_ids: vec![format!("s{i}")],
+                response: Some(ContainerAllocateResponse::default()),
+            })
+            .collect();
+        let kept = Checkpoint {
+            allocations,
+            resources: BTreeMap::new(),
+        };
+        state::write_json(&checkpoint, &kept, 0o600, state::Durability::ProcessCrash).unwrap();
+        let manager = DeviceManager::new(dir.0.clone(), checkpoint.clone());
+        crate::rt::block_on(async {
+            for i in 0..200 {
+                manager.release(&format!("pod-{i}"));
+                // Now and then the loop runs: a write is under way while
+                // more changes come.
+                if i % 50 == 0 {
+                    smol::future::yield_now().await;
+                }
+            }
+            manager.save().await.unwrap();
+        });
+        let written: Checkpoint = state::read_json(&checkpoint).unwrap().unwrap();
+        assert!(written.allocations.is_empty());
+        let writes = manager.writes.get();
+        assert!(
+            (1..=10).contains(&writes),
+            "{writes} writes for 200 changes"
+        );
     }
 
     #[test]
