@@ -2324,17 +2324,9 @@ fn kubectl_port_forward_reaches_a_port_in_the_pods_network_namespace() {
     );
     // The kubelet's own WebSocket protocol, which the API server passes
     // through for clients other than kubectl: the Python client's.
-    let output = std::process::Command::new("/usr/bin/python3")
-        .arg(common::repo().join("tests/fixtures/python_port_forward.py"))
-        .arg(api.kubeconfig())
-        .args(["default", "web"])
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = api.python_client(
+        &common::repo().join("tests/fixtures/python_port_forward.py"),
+        &["default", "web"],
     );
     let result: Value = serde_json::from_str(&stdout).expect("its JSON");
     assert_eq!(result["small"], "hello\n", "{result}");
@@ -2595,17 +2587,9 @@ fn kubectl_run_and_attach_reach_a_containers_stdin_and_terminal() {
     wait(&agent, "the pod running", T, || {
         running(&api, name).then_some(())
     });
-    let output = std::process::Command::new("/usr/bin/python3")
-        .arg(common::repo().join("tests/fixtures/python_attach_keys_before_size.py"))
-        .arg(api.kubeconfig())
-        .args(["default", name, "stty size; exit 6\r", "77", "22"])
-        .output()
-        .expect("python3 runs");
-    let shown = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{shown}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let shown = api.python_client(
+        &common::repo().join("tests/fixtures/python_attach_keys_before_size.py"),
+        &["default", name, "stty size; exit 6\r", "77", "22"],
     );
     assert!(shown.contains("22 77"), "{shown}\n{}", agent.log());
 }

@@ -213,17 +213,9 @@ fn port_forward_never_reaches_the_nodes_loopback() {
                 .contains("done: finished; its sandbox and volumes are released"))
         .then_some(())
     });
-    let output = std::process::Command::new("/usr/bin/python3")
-        .arg(common::repo().join("tests/fixtures/python_port_forward_once.py"))
-        .arg(api.kubeconfig())
-        .args(["default", "done", &port.to_string()])
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = api.python_client(
+        &common::repo().join("tests/fixtures/python_port_forward_once.py"),
+        &["default", "done", &port.to_string()],
     );
     let result: serde_json::Value = serde_json::from_str(&stdout).expect("its JSON");
     assert_eq!(

@@ -158,6 +158,26 @@ impl ApiServer {
         self.dir.join("admin.kubeconfig")
     }
 
+    /// Runs a script of the official Python client (Debian's
+    /// python3-kubernetes) with this server's admin kubeconfig and `args`;
+    /// what it printed, once it has succeeded.
+    pub fn python_client(&self, script: &std::path::Path, args: &[&str]) -> String {
+        let output = Command::new("/usr/bin/python3")
+            .arg(script)
+            .arg(self.kubeconfig())
+            .args(args)
+            .output()
+            .expect("python3 runs");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{}: {stdout}\n{}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    }
+
     pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
         self.kubectl_with(&self.kubeconfig(), args, stdin)
     }
